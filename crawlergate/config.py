@@ -1,0 +1,319 @@
+"""Settings: one TOML file, then ``CRAWLERGATE_*`` environment variables, then command-line flags.
+
+This module is the only reader of configuration files and of the environment; every component
+takes a ``Settings`` (or one of its sections) built here. Every option has a default that works
+on a laptop, so ``Settings()`` is a valid configuration.
+
+    settings = load_settings("crawlergate.toml", os.environ, {"server.port": 9000})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crawlergate.errors import ConfigError
+
+ENV_PREFIX = "CRAWLERGATE_"
+
+# Session cookies of the common frameworks (PHP, Java servlets, Django, Rails, Laravel, Express,
+# ASP.NET, WordPress, phpBB, vBulletin, Discourse); a trailing * matches a name prefix.
+DEFAULT_SESSION_COOKIES = (
+    "PHPSESSID",
+    "JSESSIONID",
+    "sessionid",
+    "session",
+    "_session_id",
+    "laravel_session",
+    "connect.sid",
+    "ASP.NET_SessionId",
+    "wordpress_logged_in_*",
+    "phpbb3_*_sid",
+    "bbsessionhash",
+    "_forum_session",
+    "_t",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """Where the standalone proxy listens and what it protects."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = 1
+    # Empty: the gate is mounted inside the site, there is no separate origin.
+    origin: str = ""
+    # Host header of guest sub-requests; empty means the origin's own host.
+    canonical_host: str = ""
+
+    def __post_init__(self) -> None:
+        _require(0 < self.port < 65536, "server.port", self.port, "Must be a port number from 1 to 65535.")
+        _require(self.workers >= 1, "server.workers", self.workers, "Must be a positive integer.")
+        if self.origin and not re.match(r"^https?://[^/\s]+", self.origin):
+            _fail("server.origin", self.origin, "Must be an http:// or https:// URL, e.g. http://127.0.0.1:8000.")
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifySettings:
+    """How requests are told apart: rule files, session cookies, the memo size."""
+
+    # Empty: the rules shipped with crawlergate.
+    rules_dir: str = ""
+    rule_files: tuple[str, ...] = ("heuristic.toml", "crawlers.toml")
+    # Further rule files (absolute, or relative to the working directory) merged after rule_files.
+    extra_rules: tuple[str, ...] = ()
+    session_cookies: tuple[str, ...] = DEFAULT_SESSION_COOKIES
+    memo_size: int = 65536
+
+    def __post_init__(self) -> None:
+        _require(self.memo_size >= 0, "classify.memo_size", self.memo_size, "Must be zero or a positive integer.")
+        _require(bool(self.rule_files), "classify.rule_files", self.rule_files, "Must name at least one rule file.")
+
+
+@dataclass(frozen=True, slots=True)
+class L1Settings:
+    """The fast level: memcached servers, or the embedded in-process LRU when none is given."""
+
+    memcached: tuple[str, ...] = ()
+    max_bytes: int = 64 * 1024 * 1024
+    # memcached's default item size limit (-I 1m).
+    item_max_bytes: int = 1024 * 1024
+    connect_timeout_ms: float = 50.0
+    timeout_ms: float = 50.0
+    dead_retry_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        for server in self.memcached:
+            if not re.fullmatch(r"[^\s:]+:\d{1,5}", server):
+                _fail("l1.memcached", server, "Each server must be HOST:PORT, e.g. 127.0.0.1:11211.")
+        _require(self.max_bytes > 0, "l1.max_bytes", self.max_bytes, "Must be a positive size.")
+        _require(self.item_max_bytes > 0, "l1.item_max_bytes", self.item_max_bytes, "Must be a positive size.")
+        for name in ("connect_timeout_ms", "timeout_ms", "dead_retry_seconds"):
+            value = getattr(self, name)
+            _require(value > 0, f"l1.{name}", value, "Must be a positive number.")
+
+
+@dataclass(frozen=True, slots=True)
+class L2Settings:
+    """The large level: gzip files on disk."""
+
+    # Empty: a folder in the user's cache directory (XDG_CACHE_HOME or ~/.cache).
+    cache_dir: str = ""
+    max_bytes: int = 1024 * 1024 * 1024
+    page_max_bytes: int = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        _require(self.max_bytes > 0, "l2.max_bytes", self.max_bytes, "Must be a positive size.")
+        _require(self.page_max_bytes > 0, "l2.page_max_bytes", self.page_max_bytes, "Must be a positive size.")
+
+
+@dataclass(frozen=True, slots=True)
+class AdminSettings:
+    """The /_crawlergate/ endpoints."""
+
+    prefix: str = "/_crawlergate"
+    # Empty: admin endpoints answer loopback clients only.
+    token: str = ""
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", self.prefix):
+            _fail("admin.prefix", self.prefix, "Must be a path such as /_crawlergate, without a trailing slash.")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """All of crawlergate's configuration, one section per component."""
+
+    server: ServerSettings = field(default_factory=ServerSettings)
+    classify: ClassifySettings = field(default_factory=ClassifySettings)
+    l1: L1Settings = field(default_factory=L1Settings)
+    l2: L2Settings = field(default_factory=L2Settings)
+    admin: AdminSettings = field(default_factory=AdminSettings)
+
+    @property
+    def cache_dir(self) -> Path:
+        """The L2 directory, with the laptop default filled in."""
+        if self.l2.cache_dir:
+            return Path(self.l2.cache_dir)
+        return default_cache_root() / "crawlergate"
+
+
+def default_cache_root(environ: Mapping[str, str] = os.environ) -> Path:
+    """The per-user cache folder (XDG Base Directory specification)."""
+    xdg = environ.get("XDG_CACHE_HOME", "")
+    return Path(xdg) if xdg else Path.home() / ".cache"
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] = os.environ,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Build Settings from a TOML file, then ``CRAWLERGATE_*`` variables, then dotted-key overrides.
+
+    The later source wins. Raises ConfigError with a sentence naming the key and the value.
+    """
+    merged: dict[str, dict[str, Any]] = {}
+    if path is not None:
+        _merge(merged, _read_toml(Path(path)), source=str(path))
+    _merge(merged, _from_environ(environ), source="environment")
+    if overrides:
+        _merge(merged, _unflatten(overrides), source="command line")
+    return _build_settings(merged)
+
+
+def parse_size(text: str | int) -> int:
+    """Parse a byte size such as ``120MB``, ``1.5GiB``, ``4096`` or ``64k`` into bytes.
+
+    Decimal units (kB, MB, GB) are powers of 1000 as the paper's sizes are; binary units (KiB, MiB, GiB) powers of 1024.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)(b?)\s*", str(text), re.IGNORECASE)
+    if match is None:
+        raise ValueError(f"not a size: {text!r}")
+    number, unit, binary, _ = match.groups()
+    base = 1024 if binary else 1000
+    power = " kmgt".index(unit.lower() or " ")
+    return int(float(number) * base**power)
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "server": ServerSettings,
+    "classify": ClassifySettings,
+    "l1": L1Settings,
+    "l2": L2Settings,
+    "admin": AdminSettings,
+}
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"Config file '{path}' does not exist.") from None
+    except OSError as exc:
+        raise ConfigError(f"Config file '{path}' cannot be read: {exc.strerror}.") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"Config file '{path}' is not valid TOML: {exc}.") from None
+
+
+def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
+    flat: dict[str, str] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        section, _, key = name[len(ENV_PREFIX) :].lower().partition("_")
+        if section not in _SECTIONS or not key:
+            raise ConfigError(
+                f"Environment variable '{name}' names no setting. Use CRAWLERGATE_<SECTION>_<KEY>, "
+                f"with SECTION one of {', '.join(_SECTIONS)}."
+            )
+        flat[f"{section}.{key}"] = value
+    return _unflatten(flat)
+
+
+def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        section, _, key = dotted.partition(".")
+        if not key:
+            raise ConfigError(f"Setting '{dotted}' must be written SECTION.KEY, e.g. server.port.")
+        nested.setdefault(section, {})[key] = value
+    return nested
+
+
+def _merge(into: dict[str, dict[str, Any]], data: Mapping[str, Any], *, source: str) -> None:
+    for section, values in data.items():
+        if section not in _SECTIONS:
+            raise ConfigError(f"Unknown section '{section}' in {source}. Known sections: {', '.join(_SECTIONS)}.")
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"Section '{section}' in {source} must be a table of settings.")
+        known = {f.name for f in dataclasses.fields(_SECTIONS[section])}
+        for key, value in values.items():
+            if key not in known:
+                raise ConfigError(f"Unknown setting '{section}.{key}' in {source}. Known: {', '.join(sorted(known))}.")
+            into.setdefault(section, {})[key] = value
+
+
+def _build_settings(merged: Mapping[str, Mapping[str, Any]]) -> Settings:
+    sections = {}
+    for name, cls in _SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        values = {key: _coerce(f"{name}.{key}", raw, hints[key]) for key, raw in merged.get(name, {}).items()}
+        sections[name] = cls(**values)
+    return Settings(**sections)
+
+
+def _coerce(key: str, raw: Any, target: Any) -> Any:
+    try:
+        return _convert(key, raw, target)
+    except (TypeError, ValueError):
+        raise ConfigError(f"Setting '{key}' has value {_shown(raw)}. Must be {_describe(key, target)}.") from None
+
+
+def _convert(key: str, raw: Any, target: Any) -> Any:
+    """Turn a TOML value or an environment string into the field's declared type, or raise ValueError."""
+    if target is bool:
+        return _to_bool(raw)
+    if isinstance(raw, bool):
+        raise ValueError(raw)
+    if target is int:
+        if key.endswith("_bytes"):
+            return parse_size(raw)
+        if isinstance(raw, float) and not raw.is_integer():
+            raise ValueError(raw)
+        return int(raw)
+    if target is float:
+        return float(raw)
+    if target is str:
+        if not isinstance(raw, str):
+            raise ValueError(raw)
+        return raw
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, list | tuple) or not all(isinstance(item, str) for item in items):
+        raise ValueError(raw)
+    return tuple(item.strip() for item in items if item.strip())
+
+
+def _to_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.lower() in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
+        return raw.lower() in {"1", "true", "yes", "on"}
+    raise ValueError
+
+
+def _describe(key: str, target: Any) -> str:
+    if target is int:
+        return "a size such as 64MB or 1GiB" if key.endswith("_bytes") else "an integer"
+    if target is float:
+        return "a number"
+    if target is bool:
+        return "true or false"
+    if target is str:
+        return "a string"
+    return "a list of strings (comma-separated in the environment)"
+
+
+def _shown(value: Any) -> str:
+    text = str(value)
+    return f"'{text[:80]}…'" if len(text) > 80 else f"'{text}'"
+
+
+def _fail(key: str, value: Any, rule: str) -> typing.NoReturn:
+    raise ConfigError(f"Setting '{key}' has value {_shown(value)}. {rule}")
+
+
+def _require(condition: bool, key: str, value: Any, rule: str) -> None:
+    if not condition:
+        _fail(key, value, rule)

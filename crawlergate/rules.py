@@ -1,0 +1,188 @@
+"""Rules are data: this module reads ``rules/*.toml`` into value objects.
+
+A crawler rule fires when the lower-cased user agent *contains* one of its tokens or *starts*
+with one, and none of its *unless* tokens occurs anywhere in it. Human tokens are masked before
+matching, so the "bot" inside the phone brand "Cubot" never fires. A family names the crawler
+(Googlebot, GPTBot, python-requests) and tags its class; its ``contains``/``starts`` tokens make a
+crawler, its ``names`` tokens only name one that another rule already recognised.
+
+    ruleset = load_rules([default_rules_dir() / "heuristic.toml"])
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from crawlergate.errors import ConfigError
+
+CrawlerTag = Literal["search-engine", "ai-crawler", "seo", "social-preview", "library", "other"]
+CRAWLER_TAGS: tuple[str, ...] = get_args(CrawlerTag)
+
+_TOKEN_KEYS = ("contains", "starts", "unless", "names")
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """A named group of crawlers with a class tag, e.g. ``Family("Googlebot", "search-engine")``."""
+
+    name: str
+    tag: CrawlerTag
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlerRule:
+    """Tokens that make a user agent a crawler, with the place in the rules file they came from."""
+
+    contains: tuple[str, ...]
+    starts: tuple[str, ...]
+    unless: tuple[str, ...]
+    names: tuple[str, ...]
+    family: Family | None
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    """Everything the classifier needs, merged from one or more rule files in order."""
+
+    rules: tuple[CrawlerRule, ...]
+    human_tokens: tuple[str, ...]
+    # A user agent that starts with none of these (and that no rule made human) is a program.
+    browser_prefixes: tuple[str, ...] = ()
+
+    @property
+    def families(self) -> tuple[Family, ...]:
+        return tuple(dict.fromkeys(rule.family for rule in self.rules if rule.family is not None))
+
+
+def default_rules_dir() -> Path:
+    """The rules shipped with crawlergate: inside the installed package, or beside it in a source checkout."""
+    package = Path(__file__).resolve().parent
+    installed = package / "rules"
+    return installed if installed.is_dir() else package.parent / "rules"
+
+
+def resolve_rule_files(rules_dir: str, rule_files: Sequence[str], extra_rules: Sequence[str]) -> list[Path]:
+    """The rule files a ClassifySettings names, as paths."""
+    base = Path(rules_dir) if rules_dir else default_rules_dir()
+    return [base / name for name in rule_files] + [Path(name) for name in extra_rules]
+
+
+def load_rules(paths: Iterable[Path]) -> RuleSet:
+    """Read and merge rule files; a broken file raises ConfigError naming the file and line."""
+    rules: list[CrawlerRule] = []
+    human_tokens: list[str] = []
+    browser_prefixes: list[str] = []
+    for path in paths:
+        parsed = _parse_file(path)
+        rules.extend(parsed.rules)
+        human_tokens.extend(parsed.human_tokens)
+        browser_prefixes.extend(parsed.browser_prefixes)
+    return RuleSet(
+        rules=tuple(rules),
+        human_tokens=tuple(dict.fromkeys(human_tokens)),
+        browser_prefixes=tuple(dict.fromkeys(browser_prefixes)),
+    )
+
+
+def _parse_file(path: Path) -> RuleSet:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"Rules file '{path}' does not exist.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"Rules file '{path}' cannot be read: {exc}.") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}.") from None
+    where = _Locator(path, text)
+    unknown = set(data) - {"human", "browsers", "crawler", "family"}
+    if unknown:
+        raise ConfigError(
+            f"{where.of(min(unknown))}: unknown table '{min(unknown)}'; use human, browsers, crawler or family."
+        )
+
+    human = data.get("human", {})
+    if not isinstance(human, dict) or set(human) - {"contains"}:
+        raise ConfigError(f"{where.of('[human]')}: [human] takes one key, contains = [tokens].")
+    human_tokens = _tokens(human, "contains", where, "[human]")
+    browsers = data.get("browsers", {})
+    if not isinstance(browsers, dict) or set(browsers) - {"starts"}:
+        raise ConfigError(f"{where.of('[browsers]')}: [browsers] takes one key, starts = [prefixes].")
+    browser_prefixes = _tokens(browsers, "starts", where, "[browsers]")
+
+    rules = [_crawler_rule(entry, where, "[[crawler]]", family=None) for entry in _tables(data, "crawler", where)]
+    for entry in _tables(data, "family", where):
+        rules.append(_crawler_rule(entry, where, "[[family]]", family=_family(entry, where)))
+    return RuleSet(rules=tuple(rules), human_tokens=human_tokens, browser_prefixes=browser_prefixes)
+
+
+def _tables(data: dict[str, Any], name: str, where: _Locator) -> list[dict[str, Any]]:
+    tables = data.get(name, [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise ConfigError(f"{where.of(name)}: '{name}' must be an array of tables, written [[{name}]].")
+    return tables
+
+
+def _family(entry: dict[str, Any], where: _Locator) -> Family:
+    name, tag = entry.get("name"), entry.get("tag")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{where.of('[[family]]')}: every [[family]] needs name = \"...\".")
+    if tag not in CRAWLER_TAGS:
+        raise ConfigError(
+            f"{where.of(name)}: family '{name}' has tag {tag!r}; "
+            f"use one of {', '.join(CRAWLER_TAGS)}."
+        )
+    return Family(name=name, tag=tag)
+
+
+def _crawler_rule(entry: dict[str, Any], where: _Locator, table: str, family: Family | None) -> CrawlerRule:
+    allowed = set(_TOKEN_KEYS) | ({"name", "tag"} if family else set())
+    extra = set(entry) - allowed
+    if extra:
+        key = min(extra)
+        raise ConfigError(f"{where.of(key)}: {table} has unknown key '{key}'; allowed: {', '.join(sorted(allowed))}.")
+    tokens = {key: _tokens(entry, key, where, table) for key in _TOKEN_KEYS}
+    if not (tokens["contains"] or tokens["starts"] or tokens["names"]):
+        raise ConfigError(f"{where.of(table)}: a {table} needs at least one of contains, starts or names.")
+    if family is None and tokens["names"]:
+        raise ConfigError(f"{where.of('names')}: 'names' belongs in a [[family]], not a [[crawler]].")
+    first = next(iter(tokens["contains"] + tokens["starts"] + tokens["names"]))
+    return CrawlerRule(
+        contains=tokens["contains"],
+        starts=tokens["starts"],
+        unless=tokens["unless"],
+        names=tokens["names"],
+        family=family,
+        source=where.of(first),
+    )
+
+
+def _tokens(entry: dict[str, Any], key: str, where: _Locator, table: str) -> tuple[str, ...]:
+    value = entry.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(token, str) for token in value):
+        raise ConfigError(f"{where.of(key)}: {table} key '{key}' must be a list of strings.")
+    for token in value:
+        if not token.strip():
+            raise ConfigError(f"{where.of(key)}: {table} key '{key}' holds an empty token, which would match anything.")
+    return tuple(token.lower() for token in value)
+
+
+class _Locator:
+    """Finds the line of a rules file that holds a piece of text, so errors can say file:line."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self._path = path
+        self._lines = text.lower().splitlines()
+
+    def of(self, needle: str) -> str:
+        needle = needle.lower()
+        for number, line in enumerate(self._lines, start=1):
+            if needle in line:
+                return f"{self._path}:{number}"
+        return str(self._path)
