@@ -49,6 +49,7 @@ class Verdict:
 HUMAN = Verdict("human", "", "human")
 UNKNOWN_CRAWLER = Verdict("crawler", UNKNOWN_FAMILY, "other")
 
+
 @dataclass(frozen=True, slots=True)
 class _Action:
     unless: tuple[str, ...]
@@ -77,7 +78,6 @@ class Classifier:
         # Leftmost-longest, non-overlapping: a masking token ("cubot") hides the shorter tokens inside it ("bot").
         self._automaton = AhoCorasick(list(self._contains), matchkind=MatchKind.LeftmostLongest)
         self._contains_actions = list(self._contains.values())
-        self._browser_prefixes = ruleset.browser_prefixes
         self._session_cookie = _session_cookie_pattern(session_cookies)
         self.classify_uncached = self._classify
         if memo_size:
@@ -132,7 +132,13 @@ class Classifier:
         actions: list[_Action] = []
         if text.startswith(self._starts_prefixes):
             actions.extend(action for prefix, action in self._starts.items() if text.startswith(prefix))
-        for index, _, _ in self._automaton.find_matches_as_indexes(text):
+        try:
+            matches = self._automaton.find_matches_as_indexes(text)
+        except UnicodeEncodeError:
+            # Lone surrogates (from a bytes header decoded with surrogateescape) cannot cross into Rust.
+            text = text.encode("utf-8", "replace").decode("utf-8")
+            matches = self._automaton.find_matches_as_indexes(text)
+        for index, _, _ in matches:
             action = self._contains_actions[index]
             if action is not None:
                 actions.append(action)
@@ -149,21 +155,34 @@ class Classifier:
                 named = action.verdict
             if is_crawler and named is not None:
                 return named
-        if is_crawler or (self._browser_prefixes and not text.startswith(self._browser_prefixes)):
+        if is_crawler or self._starts_like_a_program(text):
             return UNKNOWN_CRAWLER
         return HUMAN
+
+    def _starts_like_a_program(self, text: str) -> bool:
+        prefixes = self.ruleset.browser_prefixes
+        if not prefixes or text.startswith(prefixes):
+            return False
+        return not any(word in text for word in self.ruleset.browser_words)
 
     def _add_rule(self, rule: CrawlerRule) -> None:
         verdict = _verdict(rule.family) if rule.family else None
         maker = _Action(unless=rule.unless, verdict=verdict, makes_crawler=True)
         for token in rule.contains:
-            self._contains.setdefault(token, maker)
+            _register(self._contains, token, maker)
         for token in rule.starts:
-            self._starts.setdefault(token, maker)
+            _register(self._starts, token, maker)
         if verdict is not None and rule.names:
             namer = _Action(unless=rule.unless, verdict=verdict, makes_crawler=False)
             for token in rule.names:
                 self._contains.setdefault(token, namer)
+
+
+def _register(table: dict[str, _Action | None], token: str, action: _Action) -> None:
+    """The first rule for a token wins, except that a family's rule replaces a nameless one."""
+    existing = table.get(token, action)
+    if token not in table or (existing is not None and existing.verdict is None and action.verdict is not None):
+        table[token] = action
 
 
 @functools.cache

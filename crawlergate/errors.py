@@ -1,10 +1,10 @@
 """The crawlergate exception tree.
 
-    CrawlerGateError
-    ├── ConfigError       bad settings or rules file: raised at start-up, never per request
-    ├── StoreUnavailable  L1/L2 failure: caught in cache.py, counted, treated as a miss
-    └── OriginError       origin unreachable, timed out, or refused: mapped from httpx in origin.py
-        └── OriginTimeout
+CrawlerGateError
+├── ConfigError       bad settings or rules file: raised at start-up, never per request
+├── StoreUnavailable  L1/L2 failure: caught in cache.py, counted, treated as a miss
+└── OriginError       origin unreachable, timed out, or refused: mapped from httpx in origin.py
+    └── OriginTimeout
 """
 
 from __future__ import annotations

@@ -51,8 +51,9 @@ class RuleSet:
 
     rules: tuple[CrawlerRule, ...]
     human_tokens: tuple[str, ...]
-    # A user agent that starts with none of these (and that no rule made human) is a program.
+    # A user agent that starts with none of these prefixes and holds none of these words is a program.
     browser_prefixes: tuple[str, ...] = ()
+    browser_words: tuple[str, ...] = ()
 
     @property
     def families(self) -> tuple[Family, ...]:
@@ -77,15 +78,18 @@ def load_rules(paths: Iterable[Path]) -> RuleSet:
     rules: list[CrawlerRule] = []
     human_tokens: list[str] = []
     browser_prefixes: list[str] = []
+    browser_words: list[str] = []
     for path in paths:
         parsed = _parse_file(path)
         rules.extend(parsed.rules)
         human_tokens.extend(parsed.human_tokens)
         browser_prefixes.extend(parsed.browser_prefixes)
+        browser_words.extend(parsed.browser_words)
     return RuleSet(
         rules=tuple(rules),
         human_tokens=tuple(dict.fromkeys(human_tokens)),
         browser_prefixes=tuple(dict.fromkeys(browser_prefixes)),
+        browser_words=tuple(dict.fromkeys(browser_words)),
     )
 
 
@@ -112,14 +116,17 @@ def _parse_file(path: Path) -> RuleSet:
         raise ConfigError(f"{where.of('[human]')}: [human] takes one key, contains = [tokens].")
     human_tokens = _tokens(human, "contains", where, "[human]")
     browsers = data.get("browsers", {})
-    if not isinstance(browsers, dict) or set(browsers) - {"starts"}:
-        raise ConfigError(f"{where.of('[browsers]')}: [browsers] takes one key, starts = [prefixes].")
+    if not isinstance(browsers, dict) or set(browsers) - {"starts", "contains"}:
+        raise ConfigError(f"{where.of('[browsers]')}: [browsers] takes starts = [prefixes] and contains = [words].")
     browser_prefixes = _tokens(browsers, "starts", where, "[browsers]")
+    browser_words = _tokens(browsers, "contains", where, "[browsers]")
 
     rules = [_crawler_rule(entry, where, "[[crawler]]", family=None) for entry in _tables(data, "crawler", where)]
     for entry in _tables(data, "family", where):
         rules.append(_crawler_rule(entry, where, "[[family]]", family=_family(entry, where)))
-    return RuleSet(rules=tuple(rules), human_tokens=human_tokens, browser_prefixes=browser_prefixes)
+    return RuleSet(
+        rules=tuple(rules), human_tokens=human_tokens, browser_prefixes=browser_prefixes, browser_words=browser_words
+    )
 
 
 def _tables(data: dict[str, Any], name: str, where: _Locator) -> list[dict[str, Any]]:
@@ -132,12 +139,9 @@ def _tables(data: dict[str, Any], name: str, where: _Locator) -> list[dict[str, 
 def _family(entry: dict[str, Any], where: _Locator) -> Family:
     name, tag = entry.get("name"), entry.get("tag")
     if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"{where.of('[[family]]')}: every [[family]] needs name = \"...\".")
+        raise ConfigError(f'{where.of("[[family]]")}: every [[family]] needs name = "...".')
     if tag not in CRAWLER_TAGS:
-        raise ConfigError(
-            f"{where.of(name)}: family '{name}' has tag {tag!r}; "
-            f"use one of {', '.join(CRAWLER_TAGS)}."
-        )
+        raise ConfigError(f"{where.of(name)}: family '{name}' has tag {tag!r}; use one of {', '.join(CRAWLER_TAGS)}.")
     return Family(name=name, tag=tag)
 
 

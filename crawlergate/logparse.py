@@ -1,0 +1,258 @@
+"""Access-log lines to LogRecords: Apache and nginx combined format, with or without a time field.
+
+Streams: a multi-gigabyte (or gzipped) log is read line by line, never loaded whole. Lines that
+do not match the format are counted and skipped, never fatal.
+
+    reader = LogReader("access.log.gz")
+    for record in reader:
+        ...
+    reader.malformed  # how many lines were skipped
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import BinaryIO
+
+from crawlergate.errors import ConfigError
+
+# LogFormat strings of the presets. The trailing time field is Apache's %D (microseconds) or %T
+# (seconds), or nginx's $request_time (seconds, millisecond resolution).
+PRESETS: dict[str, str] = {
+    "combined": '%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i"',
+    "combined-micros": '%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i" %D',
+    "combined-seconds": '%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i" %T',
+    "nginx": '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
+    '"$http_referer" "$http_user_agent"',
+    "nginx-timed": '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
+    '"$http_referer" "$http_user_agent" $request_time',
+}
+
+# "auto": combined, with an optional trailing number: a decimal point means seconds (nginx
+# $request_time), an integer means microseconds (Apache %D, the field the paper's timings used).
+AUTO = "auto"
+
+_QUOTED = r'"((?:[^"\\]|\\.)*)"'
+_FIELDS: dict[str, tuple[str, str | None]] = {
+    # directive: (regex, record field)
+    "%h": (r"(\S+)", "host"),
+    "$remote_addr": (r"(\S+)", "host"),
+    "%a": (r"(\S+)", "host"),
+    "%l": (r"\S+", None),
+    "%u": (r"\S+", None),
+    "$remote_user": (r"\S+", None),
+    "%t": (r"\[([^\]]+)\]", "time"),
+    "[$time_local]": (r"\[([^\]]+)\]", "time"),
+    '"%r"': (_QUOTED, "request"),
+    '"$request"': (_QUOTED, "request"),
+    "%>s": (r"(\d{3})", "status"),
+    "%s": (r"(\d{3})", "status"),
+    "$status": (r"(\d{3})", "status"),
+    "%b": (r"(\d+|-)", "bytes"),
+    "%B": (r"(\d+)", "bytes"),
+    "$body_bytes_sent": (r"(\d+|-)", "bytes"),
+    "$bytes_sent": (r"(\d+|-)", "bytes"),
+    '"%{Referer}i"': (_QUOTED, "referer"),
+    '"$http_referer"': (_QUOTED, "referer"),
+    '"%{User-agent}i"': (_QUOTED, "user_agent"),
+    '"%{User-Agent}i"': (_QUOTED, "user_agent"),
+    '"$http_user_agent"': (_QUOTED, "user_agent"),
+    "%D": (r"(\d+)", "micros"),
+    "%T": (r"(\d+)", "seconds"),
+    "$request_time": (r"(\d+(?:\.\d+)?)", "seconds"),
+    "$upstream_response_time": (r"(\d+(?:\.\d+)?|-)", "seconds"),
+}
+_DIRECTIVE = re.compile(r'"[%$][^"]+"|\[\$time_local\]|%>s|%\{[^}]+\}[ioe]|%[a-zA-Z]|\$[a-z_]+')
+_MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_MONTHS = {name: number for number, name in enumerate(_MONTH_NAMES, start=1)}
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One request of an access log. ``duration_s`` is None when the log has no time field."""
+
+    host: str
+    timestamp: float
+    method: str
+    target: str
+    status: int
+    bytes_sent: int
+    referer: str
+    user_agent: str
+    duration_s: float | None
+
+    @property
+    def path(self) -> str:
+        """The target without its query string."""
+        return self.target.partition("?")[0]
+
+
+class LogFormat:
+    """A compiled log format: a preset name, ``auto``, or an Apache LogFormat / nginx log_format string."""
+
+    def __init__(self, spec: str = AUTO) -> None:
+        self.name = spec
+        optional_duration = r"(?: (\d+(?:\.\d+)?))?" if spec == AUTO else ""
+        text = PRESETS["combined"] if spec == AUTO else PRESETS.get(spec, spec)
+        self._pattern, self._fields = _compile_format(text, optional_duration)
+        if optional_duration:
+            self._fields.append("auto_duration")
+        self.has_duration = any(f in {"micros", "seconds", "auto_duration"} for f in self._fields)
+
+    def parse(self, line: str) -> LogRecord | None:
+        """The record of one line, or None when the line does not match the format."""
+        match = self._pattern.match(line)
+        if match is None:
+            return None
+        values = dict(zip(self._fields, match.groups(), strict=True))
+        request = values.get("request") or ""
+        method, _, rest = request.partition(" ")
+        target, _, protocol = rest.rpartition(" ")
+        if not target or not protocol.startswith("HTTP/"):
+            target = rest
+        if not method or not target:
+            return None
+        timestamp = _parse_time(values["time"]) if "time" in values else 0.0
+        if timestamp is None:
+            return None
+        size = values.get("bytes")
+        return LogRecord(
+            host=values.get("host", "-"),
+            timestamp=timestamp,
+            method=method,
+            target=target,
+            status=int(values.get("status") or 0),
+            bytes_sent=int(size) if size and size != "-" else 0,
+            referer=_unescape(values.get("referer", "")),
+            user_agent=_unescape(values.get("user_agent", "")),
+            duration_s=_duration(values),
+        )
+
+
+class LogReader:
+    """Iterates the records of a log file (plain or gzip, detected by content), counting malformed lines.
+
+    Parameters:
+        path: the log file.
+        log_format: a LogFormat, a preset name or a format string; ``auto`` by default.
+        on_progress: called now and then with (bytes read, total bytes) of the file on disk.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        log_format: LogFormat | str = AUTO,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.format = log_format if isinstance(log_format, LogFormat) else LogFormat(log_format)
+        self.lines = 0
+        self.malformed = 0
+        # Why reading stopped early (a damaged gzip file), or None.
+        self.truncated: str | None = None
+        self._on_progress = on_progress
+
+    def __iter__(self) -> Iterator[LogRecord]:
+        try:
+            raw = self.path.open("rb")
+        except OSError as exc:
+            raise ConfigError(f"Log file '{self.path}' cannot be read: {exc.strerror}.") from None
+        with raw:
+            total = self.path.stat().st_size
+            compressed = raw.read(2) == _GZIP_MAGIC
+            raw.seek(0)
+            stream: BinaryIO = gzip.GzipFile(fileobj=raw) if compressed else raw  # type: ignore[assignment]
+            parse = self.format.parse
+            progress = self._on_progress
+            try:
+                for line in stream:
+                    self.lines += 1
+                    record = parse(line.decode("utf-8", "replace").rstrip("\r\n"))
+                    if record is None:
+                        if line.strip():
+                            self.malformed += 1
+                        continue
+                    if progress is not None and self.lines % 65536 == 0:
+                        progress(raw.tell(), total)
+                    yield record
+            except (EOFError, gzip.BadGzipFile, OSError) as exc:
+                # A truncated or corrupt gzip stream ends the log where it breaks, as zcat does.
+                self.malformed += 1
+                self.truncated = str(exc) or type(exc).__name__
+            if progress is not None:
+                progress(total, total)
+
+
+def iter_records(path: str | Path, log_format: LogFormat | str = AUTO) -> Iterator[LogRecord]:
+    """Records of a log file; see LogReader for the malformed-line count."""
+    return iter(LogReader(path, log_format))
+
+
+def _compile_format(text: str, tail: str = "") -> tuple[re.Pattern[str], list[str]]:
+    fields: list[str] = []
+    parts: list[str] = []
+    position = 0
+    for match in _DIRECTIVE.finditer(text):
+        parts.append(re.escape(text[position : match.start()]))
+        directive = match.group()
+        if directive not in _FIELDS:
+            quoted = directive.startswith('"')
+            parts.append(_QUOTED if quoted else r"\S+")
+            if quoted:
+                fields.append("ignored")
+        else:
+            regex, name = _FIELDS[directive]
+            parts.append(regex)
+            if name is not None:
+                fields.append(name)
+        position = match.end()
+    parts.append(re.escape(text[position:]))
+    if "request" not in fields:
+        raise ConfigError(f"Log format {text!r} has no request field (%r or $request); cannot read paths from it.")
+    return re.compile("".join(parts) + tail + r"\s*$"), fields
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_time(text: str) -> float | None:
+    """Apache/nginx time, e.g. ``10/Oct/2000:13:55:36 -0700``, to a Unix timestamp; memoised, as lines share seconds."""
+    try:
+        day, month, rest = text.split("/", 2)
+        zone = rest[14:].strip() or "+0000"
+        offset = (-1 if zone[0] == "-" else 1) * timedelta(hours=int(zone[1:3]), minutes=int(zone[3:5]))
+        moment = datetime(
+            int(rest[0:4]),
+            _MONTHS[month],
+            int(day),
+            int(rest[5:7]),
+            int(rest[8:10]),
+            int(rest[11:13]),
+            tzinfo=timezone(offset),
+        )
+    except (ValueError, KeyError, IndexError):
+        return None
+    return moment.timestamp()
+
+
+def _duration(values: dict[str, str]) -> float | None:
+    if "micros" in values:
+        return int(values["micros"]) / 1_000_000
+    seconds = values.get("seconds")
+    if seconds is not None and seconds != "-":
+        return float(seconds)
+    auto = values.get("auto_duration")
+    if auto:
+        return float(auto) if "." in auto else int(auto) / 1_000_000
+    return None
+
+
+def _unescape(text: str) -> str:
+    if text == "-":
+        return ""
+    return text.replace('\\"', '"') if "\\" in text else text

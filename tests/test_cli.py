@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crawlergate.cli import main
+from tests.conftest import DATA
+
+
+def test_cli_classify_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    firefox = "Mozilla/5.0 (Windows NT 10.0; rv:133.0) Gecko/20100101 Firefox/133.0"
+    assert main(["classify", "Googlebot/2.1", firefox]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "crawler\tGooglebot/2.1",
+        "human\tMozilla/5.0 (Windows NT 10.0; rv:133.0) Gecko/20100101 Firefox/133.0",
+    ]
+
+
+def test_cli_classify_file_keeps_input_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "uas.txt"
+    path.write_bytes(b"curl/8.0\r\n\nMozilla/5.0 (X11; Linux x86_64)\n\xffbot\n")
+    assert main(["classify", "--file", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["crawler\tcurl/8.0", "human\t", "human\tMozilla/5.0 (X11; Linux x86_64)", "crawler\t\ufffdbot"]
+
+
+def test_cli_classify_families_column(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["classify", "--families", "python-requests/2.31"]) == 0
+    assert capsys.readouterr().out == "crawler\tHTTP libraries\tlibrary\tpython-requests/2.31\n"
+
+
+def test_cli_classify_log_reports_shares(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_json = tmp_path / "share.json"
+    assert main(["classify", "--log", str(DATA / "logs" / "combined-micros.log"), "--json", str(out_json)]) == 0
+    text = capsys.readouterr().out
+    assert "crawler" in text and "Googlebot" in text and "time (s)" in text
+    data = json.loads(out_json.read_text())
+    assert data["requests"] == 3
+    assert data["classes"]["crawler"]["requests"] == 1
+    assert data["classes"]["crawler"]["time_share"] == pytest.approx(162109 / (162109 + 120000 + 102))
+    assert data["malformed"] == 0
+
+
+def test_cli_classify_log_without_time_field(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["classify", "--log", str(DATA / "logs" / "combined.log")]) == 0
+    assert "no time field" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["classify", "--file", "/nonexistent/uas.txt"], "cannot be read", id="missing-file"),
+        pytest.param(["classify", "--log", "/nonexistent/access.log"], "cannot be read", id="missing-log"),
+        pytest.param(["classify", "--config", "/nonexistent.toml", "x"], "does not exist", id="missing-config"),
+        pytest.param(["classify"], "give user agents", id="nothing-to-do"),
+    ],
+)
+def test_cli_errors_are_one_line_not_a_traceback(argv: list[str], message: str, capsys) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_cli_bad_environment_setting(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("CRAWLERGATE_CLASSIFY_MEMO_SIZE", "lots")
+    assert main(["classify", "x"]) == 2
+    assert "Setting 'classify.memo_size' has value 'lots'" in capsys.readouterr().err
+
+
+def test_cli_installed_console_script_runs() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "crawlergate", "classify", "Googlebot"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0
+    assert result.stdout == "crawler\tGooglebot\n"

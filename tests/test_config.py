@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crawlergate.config import Settings, load_settings, parse_size
+from crawlergate.errors import ConfigError
+
+
+def test_config_defaults_work_without_any_file() -> None:
+    settings = load_settings(None, environ={})
+    assert settings == Settings()
+    assert settings.l1.memcached == ()
+    assert settings.cache_dir.name == "crawlergate"
+
+
+def test_config_toml_then_environment_then_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "crawlergate.toml"
+    path.write_text('[server]\nport = 9000\nhost = "0.0.0.0"\n[l2]\nmax_bytes = "2GB"\n[admin]\ntoken = "file"\n')
+    environ = {"CRAWLERGATE_SERVER_PORT": "9100", "CRAWLERGATE_ADMIN_TOKEN": "env", "HOME": "/x"}
+    settings = load_settings(path, environ, {"server.port": 9200})
+    assert settings.server.port == 9200
+    assert settings.server.host == "0.0.0.0"
+    assert settings.admin.token == "env"
+    assert settings.l2.max_bytes == 2_000_000_000
+
+
+def test_config_environment_lists_are_comma_separated() -> None:
+    environ = {"CRAWLERGATE_L1_MEMCACHED": "127.0.0.1:11211, 127.0.0.1:11212"}
+    assert load_settings(None, environ).l1.memcached == ("127.0.0.1:11211", "127.0.0.1:11212")
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        pytest.param({"CRAWLERGATE_L2_MAX_BYTES": "-1"}, "Setting 'l2.max_bytes' has value '-1'", id="negative-size"),
+        pytest.param({"CRAWLERGATE_SERVER_PORT": "http"}, "Setting 'server.port' has value 'http'", id="not-int"),
+        pytest.param({"CRAWLERGATE_SERVER_PORT": "70000"}, "Must be a port number", id="port-range"),
+        pytest.param({"CRAWLERGATE_SERVER_ORIGIN": "ftp://x"}, "Setting 'server.origin'", id="origin-scheme"),
+        pytest.param({"CRAWLERGATE_L1_MEMCACHED": "localhost"}, "HOST:PORT", id="memcached-format"),
+        pytest.param({"CRAWLERGATE_ADMIN_PREFIX": "admin/"}, "Setting 'admin.prefix'", id="prefix"),
+        pytest.param({"CRAWLERGATE_NOPE": "1"}, "names no setting", id="unknown-section"),
+        pytest.param({"CRAWLERGATE_SERVER_NOPE": "1"}, "Unknown setting 'server.nope'", id="unknown-key"),
+        pytest.param({"CRAWLERGATE_L1_TIMEOUT_MS": "0"}, "Setting 'l1.timeout_ms' has value '0", id="zero-timeout"),
+    ],
+)
+def test_config_bad_value_names_key_and_value(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_settings(None, environ)
+
+
+def test_config_bad_toml_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[server\nport = 1\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(path, {})
+
+
+def test_config_wrong_type_in_toml(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[server]\nport = true\n")
+    with pytest.raises(ConfigError, match="Setting 'server.port' has value 'True'. Must be an integer"):
+        load_settings(path, {})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("4096", 4096), ("120MB", 120_000_000), ("1.5GiB", 1_610_612_736), ("64k", 64_000), ("2 mib", 2_097_152)],
+)
+def test_config_parse_size(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+def test_config_parse_size_rejects_words() -> None:
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size("lots")

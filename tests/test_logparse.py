@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from crawlergate.errors import ConfigError
+from crawlergate.logparse import LogFormat, LogReader, LogRecord, iter_records
+from tests.conftest import DATA
+
+LOGS = DATA / "logs"
+
+LINES = [
+    pytest.param(
+        '1.2.3.4 - - [10/Oct/2000:13:55:36 -0700] "GET /a?b=1 HTTP/1.0" 200 2326 "http://r/" "UA x" 1500',
+        "auto",
+        LogRecord("1.2.3.4", 971211336.0, "GET", "/a?b=1", 200, 2326, "http://r/", "UA x", 0.0015),
+        id="auto-integer-is-microseconds",
+    ),
+    pytest.param(
+        '1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "HEAD / HTTP/1.1" 404 - "-" "-" 0.250',
+        "auto",
+        LogRecord("1.2.3.4", 971186136.0, "HEAD", "/", 404, 0, "", "", 0.25),
+        id="auto-decimal-is-seconds",
+    ),
+    pytest.param(
+        '1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET / HTTP/1.1" 200 5 "-" "Agent \\"quoted\\""',
+        "combined",
+        LogRecord("1.2.3.4", 971186136.0, "GET", "/", 200, 5, "", 'Agent "quoted"', None),
+        id="combined-escaped-quote",
+    ),
+    pytest.param(
+        '1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET / HTTP/1.1" 200 5 "-" "UA" 3',
+        "combined-seconds",
+        LogRecord("1.2.3.4", 971186136.0, "GET", "/", 200, 5, "", "UA", 3.0),
+        id="apache-percent-T",
+    ),
+    pytest.param(
+        '1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET / HTTP/1.1" 200 5 "-" "UA" 250000',
+        "combined-micros",
+        LogRecord("1.2.3.4", 971186136.0, "GET", "/", 200, 5, "", "UA", 0.25),
+        id="apache-percent-D",
+    ),
+    pytest.param(
+        '1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET /x HTTP/1.1" 200 5 "-" "UA" 0.004',
+        "nginx-timed",
+        LogRecord("1.2.3.4", 971186136.0, "GET", "/x", 200, 5, "", "UA", 0.004),
+        id="nginx-request-time",
+    ),
+    pytest.param(
+        '1.2.3.4 [10/Oct/2000:13:55:36 +0000] "GET /custom HTTP/1.1" 200 77',
+        '%h %t "%r" %>s %b',
+        LogRecord("1.2.3.4", 971186136.0, "GET", "/custom", 200, 77, "", "", None),
+        id="custom-format",
+    ),
+    pytest.param(
+        '1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET /odd path HTTP/1.1" 200 1 "-" "UA"',
+        "combined",
+        LogRecord("1.2.3.4", 971186136.0, "GET", "/odd path", 200, 1, "", "UA", None),
+        id="space-in-target",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "spec", "record"), LINES)
+def test_logparse_parse_line(line: str, spec: str, record: LogRecord) -> None:
+    assert LogFormat(spec).parse(line) == record
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("garbage", id="garbage"),
+        pytest.param('1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET / HTTP/1.1" 200 5 "-" "trunc', id="truncated"),
+        pytest.param('1.2.3.4 - - [99/Foo/2000:13:55:36 +0000] "GET / HTTP/1.1" 200 5 "-" "UA"', id="bad-date"),
+        pytest.param('1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "" 400 5 "-" "UA"', id="empty-request"),
+    ],
+)
+def test_logparse_malformed_line_is_none(line: str) -> None:
+    assert LogFormat("auto").parse(line) is None
+
+
+def test_logparse_reader_counts_and_skips_malformed(tmp_path: Path) -> None:
+    path = tmp_path / "access.log"
+    good = (LOGS / "combined-micros.log").read_text()
+    path.write_text(good + "this is not a log line\n\n" + good.splitlines()[0][:60])
+    reader = LogReader(path)
+    records = list(reader)
+    assert len(records) == 3
+    assert reader.malformed == 2
+    assert reader.format.has_duration
+
+
+def test_logparse_reads_gzip_by_content(tmp_path: Path) -> None:
+    path = tmp_path / "access.log.1"  # no .gz suffix: detected from the magic bytes
+    path.write_bytes(gzip.compress((LOGS / "nginx-timed.log").read_bytes()))
+    records = list(iter_records(path, "nginx-timed"))
+    assert [record.target for record in records] == ["/t/42?page=2", "/t/42/reply"]
+    assert records[0].path == "/t/42"
+
+
+def test_logparse_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
+    data = gzip.compress((LOGS / "combined-micros.log").read_bytes() * 200)
+    path = tmp_path / "cut.log.gz"
+    path.write_bytes(data[: len(data) // 2])
+    reader = LogReader(path)
+    records = list(reader)
+    assert 0 < len(records) < 600
+    assert reader.truncated
+
+
+def test_logparse_streams_and_reports_progress(tmp_path: Path) -> None:
+    line = (LOGS / "combined.log").read_text().splitlines()[0] + "\n"
+    path = tmp_path / "big.log"
+    path.write_text(line * 140_000)
+    seen: list[tuple[int, int]] = []
+    reader = LogReader(path, on_progress=lambda done, total: seen.append((done, total)))
+    assert sum(1 for _ in reader) == 140_000
+    assert seen[-1] == (path.stat().st_size, path.stat().st_size)
+    assert len(seen) >= 3
+
+
+def test_logparse_missing_user_agent_dash_is_empty() -> None:
+    records = list(iter_records(LOGS / "combined.log"))
+    assert records[1].user_agent == ""
+    assert records[1].duration_s is None
+
+
+def test_logparse_format_without_request_is_refused() -> None:
+    with pytest.raises(ConfigError, match="no request field"):
+        LogFormat("%h %t")
+
+
+def test_logparse_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot be read"):
+        list(LogReader(tmp_path / "missing.log"))

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crawlergate.errors import ConfigError
+from crawlergate.rules import CRAWLER_TAGS, default_rules_dir, load_rules
+
+
+def test_rules_shipped_files_load() -> None:
+    ruleset = load_rules([default_rules_dir() / "heuristic.toml", default_rules_dir() / "crawlers.toml"])
+    assert ruleset.rules
+    assert {family.tag for family in ruleset.families} <= set(CRAWLER_TAGS)
+    assert "cubot" in ruleset.human_tokens
+
+
+def test_rules_heuristic_file_is_the_papers_heuristic() -> None:
+    ruleset = load_rules([default_rules_dir() / "heuristic.toml"])
+    tokens = {(rule.contains, rule.unless) for rule in ruleset.rules}
+    assert tokens == {
+        (("bot", "crawler"), ()),
+        (("slurp",), ("firefox",)),
+        (("mediapartners", "pubsub"), ()),
+        (("http",), ("bsalsa", "browser")),
+    }
+
+
+def test_rules_merge_files_in_order(tmp_path: Path) -> None:
+    extra = tmp_path / "extra.toml"
+    extra.write_text('[[family]]\nname = "Ours"\ntag = "other"\ncontains = ["ourfetcher"]\n')
+    ruleset = load_rules([default_rules_dir() / "heuristic.toml", extra])
+    assert ruleset.rules[-1].family is not None and ruleset.rules[-1].family.name == "Ours"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param('[[crawler]]\ncontains = ["bot"\n', "not valid TOML", id="toml-syntax"),
+        pytest.param('[[crawler]]\ncontains = "bot"\n', "must be a list of strings", id="not-a-list"),
+        pytest.param('[[crawler]]\ncontains = [""]\n', "empty token", id="empty-token"),
+        pytest.param('[[crawler]]\nunless = ["x"]\n', "at least one of", id="no-tokens"),
+        pytest.param('[[crawler]]\ncontain = ["bot"]\n', "unknown key 'contain'", id="typo-key"),
+        pytest.param('[[family]]\nname = "X"\ntag = "robots"\ncontains = ["x"]\n', "has tag 'robots'", id="bad-tag"),
+        pytest.param('[[family]]\ntag = "seo"\ncontains = ["x"]\n', "needs name", id="no-name"),
+        pytest.param('[[crawler]]\nnames = ["x"]\n', "belongs in a [[family]]", id="names-outside-family"),
+        pytest.param("[robots]\nx = 1\n", "unknown table 'robots'", id="unknown-table"),
+        pytest.param('[human]\ncontains = ["a"]\nextra = 1\n', "[human] takes one key", id="human-extra"),
+    ],
+)
+def test_rules_broken_file_names_file_and_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text("# a comment\n" + text)
+    with pytest.raises(ConfigError) as excinfo:
+        load_rules([path])
+    assert message in str(excinfo.value)
+    assert str(path) in str(excinfo.value)
+
+
+def test_rules_error_points_at_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text('# one\n# two\n[[family]]\nname = "Oops"\ntag = "robots"\ncontains = ["x"]\n')
+    with pytest.raises(ConfigError, match=r"broken\.toml:4:"):
+        load_rules([path])
+
+
+def test_rules_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_rules([tmp_path / "nope.toml"])
