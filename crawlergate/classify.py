@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -69,7 +69,7 @@ class Classifier:
     def __init__(self, ruleset: RuleSet, *, session_cookies: Iterable[str] = (), memo_size: int = 65536) -> None:
         self.ruleset = ruleset
         self._contains: dict[str, _Action | None] = {}
-        self._starts: dict[str, _Action] = {}
+        self._starts: dict[str, _Action | None] = {}
         for token in ruleset.human_tokens:
             self._contains[token] = None  # masked: skipped over whole
         for rule in ruleset.rules:
@@ -80,10 +80,9 @@ class Classifier:
         self._contains_actions = list(self._contains.values())
         self._session_cookie = _session_cookie_pattern(session_cookies)
         self.classify_uncached = self._classify
-        if memo_size:
-            self._memo = functools.lru_cache(maxsize=memo_size)(self._classify)
-        else:
-            self._memo = self._classify
+        self._memo: Callable[[str], Verdict] = (
+            functools.lru_cache(maxsize=memo_size)(self._classify) if memo_size else self._classify
+        )
 
     @classmethod
     def from_settings(cls, settings: ClassifySettings) -> Classifier:
@@ -131,7 +130,7 @@ class Classifier:
         text = user_agent.lower()
         actions: list[_Action] = []
         if text.startswith(self._starts_prefixes):
-            actions.extend(action for prefix, action in self._starts.items() if text.startswith(prefix))
+            actions.extend(action for prefix, action in self._starts.items() if action and text.startswith(prefix))
         try:
             matches = self._automaton.find_matches_as_indexes(text)
         except UnicodeEncodeError:
