@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from crawlergate.config import Settings, load_settings
-
 __version__ = "0.1.0"
 
-__all__ = ["Settings", "__version__", "load_settings"]
+from crawlergate.config import Settings, load_settings  # noqa: E402
+from crawlergate.middleware import CrawlerGateMiddleware  # noqa: E402
+
+__all__ = ["CrawlerGateMiddleware", "Settings", "__version__", "load_settings"]

@@ -116,6 +116,27 @@ class L2Settings:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """What crawlers are served from the cache, and for how long."""
+
+    # Relative to classify.rules_dir (the shipped rules when empty), or absolute.
+    rules_file: str = "cache.toml"
+    ttl_seconds: float = 86400.0
+    # Stored redirects (301/308) and gone pages (404/410) live shorter: they are cheap and may be mistakes.
+    redirect_ttl_seconds: float = 3600.0
+    not_found_ttl_seconds: float = 600.0
+    fill_timeout_seconds: float = 30.0
+    # Longer request targets are refused with 414 (nginx's large_client_header_buffers is 8 KB).
+    max_target_chars: int = 8192
+
+    def __post_init__(self) -> None:
+        for name in ("ttl_seconds", "redirect_ttl_seconds", "not_found_ttl_seconds", "fill_timeout_seconds"):
+            value = getattr(self, name)
+            _require(value > 0, f"cache.{name}", value, "Must be a positive number.")
+        _require(self.max_target_chars >= 256, "cache.max_target_chars", self.max_target_chars, "Must be at least 256.")
+
+
+@dataclass(frozen=True, slots=True)
 class AdminSettings:
     """The /_crawlergate/ endpoints."""
 
@@ -136,6 +157,7 @@ class Settings:
     classify: ClassifySettings = field(default_factory=ClassifySettings)
     l1: L1Settings = field(default_factory=L1Settings)
     l2: L2Settings = field(default_factory=L2Settings)
+    cache: CacheSettings = field(default_factory=CacheSettings)
     admin: AdminSettings = field(default_factory=AdminSettings)
 
     @property
@@ -191,6 +213,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "classify": ClassifySettings,
     "l1": L1Settings,
     "l2": L2Settings,
+    "cache": CacheSettings,
     "admin": AdminSettings,
 }
 

@@ -11,6 +11,8 @@ crawler, its ``names`` tokens only name one that another rule already recognised
 
 from __future__ import annotations
 
+import fnmatch
+import re
 import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -190,3 +192,72 @@ class _Locator:
             if needle in line:
                 return f"{self._path}:{number}"
         return str(self._path)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRules:
+    """Which paths are cacheable and which query parameters count, from ``rules/cache.toml``."""
+
+    include: re.Pattern[str]
+    exclude: re.Pattern[str] | None
+    static_extensions: tuple[str, ...]
+    drop_params: re.Pattern[str] | None
+    keep_params: dict[str, frozenset[str]]
+
+
+def load_cache_rules(path: Path) -> CacheRules:
+    """Read a cache rules file; a broken one raises ConfigError naming the file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
+    except FileNotFoundError:
+        raise ConfigError(f"Cache rules file '{path}' does not exist.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"Cache rules file '{path}' cannot be read: {exc}.") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}.") from None
+    where = _Locator(path, text)
+    unknown = set(data) - {"paths", "query"}
+    if unknown:
+        raise ConfigError(f"{where.of(min(unknown))}: unknown table '{min(unknown)}'; use [paths] and [query].")
+    paths = _table(data, "paths", {"include", "exclude", "static_extensions"}, where)
+    query = _table(data, "query", {"drop", "keep"}, where)
+    keep: dict[str, frozenset[str]] = {}
+    for entry in query.get("keep", []):
+        if not isinstance(entry, dict) or set(entry) != {"path", "params"} or not isinstance(entry["path"], str):
+            raise ConfigError(
+                f'{where.of("[[query.keep]]")}: each [[query.keep]] needs path = "..." and params = [...].'
+            )
+        keep[entry["path"]] = frozenset(_tokens(entry, "params", where, "[[query.keep]]"))
+    include = _raw_strings(paths, "include", where) or ["/*"]
+    exclude = _raw_strings(paths, "exclude", where)
+    return CacheRules(
+        include=_globs(include, ignore_case=False),
+        exclude=_globs(exclude, ignore_case=False) if exclude else None,
+        static_extensions=_tokens(paths, "static_extensions", where, "[paths]"),
+        drop_params=_globs(_tokens(query, "drop", where, "[query]"), ignore_case=True) if query.get("drop") else None,
+        keep_params=keep,
+    )
+
+
+def _table(data: dict[str, Any], name: str, keys: set[str], where: _Locator) -> dict[str, Any]:
+    table = data.get(name, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where.of(name)}: '{name}' must be a table, written [{name}].")
+    extra = set(table) - keys
+    if extra:
+        raise ConfigError(
+            f"{where.of(min(extra))}: [{name}] has unknown key '{min(extra)}'; allowed: {', '.join(sorted(keys))}."
+        )
+    return table
+
+
+def _raw_strings(table: dict[str, Any], key: str, where: _Locator) -> list[str]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise ConfigError(f"{where.of(key)}: '{key}' must be a list of non-empty strings.")
+    return value
+
+
+def _globs(patterns: Iterable[str], *, ignore_case: bool) -> re.Pattern[str]:
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns), re.IGNORECASE if ignore_case else 0)

@@ -1,0 +1,161 @@
+"""TwoLevelCache: L1 (memcached or in-process) in front of L2 (gzip files), with single-flight fills.
+
+Lookup goes L1, then L2 (an L2 hit is promoted into L1), then reports a miss. A miss is filled by
+one guest sub-request per key however many crawlers ask at once; the page is stored in L2 and L1
+when it is storable. Human page views prefetch: the page's L2 copy is pushed into L1 if absent,
+its recency refreshed if present (memcached ``touch`` / ``add``). A store that fails is a miss,
+counted, never an error; a page that fails its checksum is deleted and never served.
+
+    cache = TwoLevelCache(MemoryStore(64 << 20), DiskStore(root, max_bytes=1 << 30), metrics)
+    found = cache.lookup(key)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from crawlergate.errors import StoreUnavailable
+from crawlergate.keys import CacheKey
+from crawlergate.metrics import Metrics
+from crawlergate.page import CorruptPage, Page
+from crawlergate.stores.base import Store
+from crawlergate.stores.disk import DiskStore
+
+logger = logging.getLogger(__name__)
+
+Level = Literal["l1", "l2"]
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A page found in the cache, and the level it came from."""
+
+    page: Page
+    level: Level
+
+
+class TwoLevelCache:
+    """The two cache levels together; synchronous, called from the gate directly or in a worker thread."""
+
+    def __init__(self, l1: Store, l2: DiskStore, metrics: Metrics, *, clock: Callable[[], float] = time.time) -> None:
+        self.l1 = l1
+        self.l2 = l2
+        self.metrics = metrics
+        self.clock = clock
+        self._fills: dict[str, asyncio.Future[object]] = {}
+
+    def start(self) -> None:
+        self.l2.start()
+
+    def close(self) -> None:
+        self.l1.close()
+        self.l2.close()
+
+    def lookup(self, key: CacheKey, kind: str = "crawler") -> Found | None:
+        page = self._read(self.l1, key, kind)
+        if page is not None:
+            return Found(page, "l1")
+        data = self._get(self.l2, key, kind)
+        if data is None:
+            return None
+        page = self._parse(self.l2, key, data, kind)
+        if page is None:
+            return None
+        self._put(self.l1, key, data, kind)
+        return Found(page, "l2")
+
+    def stale_copy(self, key: CacheKey) -> Page | None:
+        """The L2 copy whatever its age, for serving when the origin fails."""
+        data = self._get(self.l2, key, "crawler")
+        return self._parse(self.l2, key, data, "crawler") if data is not None else None
+
+    def store(self, key: CacheKey, page: Page) -> None:
+        """Write-through: L2 first (the copy that survives), then L1."""
+        data = page.to_bytes()
+        self._put(self.l2, key, data, "crawler")
+        self._put(self.l1, key, data, "crawler")
+
+    def prefetch(self, key: CacheKey) -> bool:
+        """Human-induced prefetch: make sure L1 holds the page if L2 does. True if L1 was filled."""
+        try:
+            if self.l1.touch(key.digest):
+                return False
+        except StoreUnavailable:
+            self.metrics.count_store_error("human")
+            return False
+        data = self._get(self.l2, key, "human")
+        if data is None or self._parse(self.l2, key, data, "human") is None:
+            return False
+        try:
+            added = self.l1.add(key.digest, data)
+        except StoreUnavailable:
+            self.metrics.count_store_error("human")
+            return False
+        if added:
+            self.metrics.count_prefetch()
+        return added
+
+    def invalidate(self, key: CacheKey) -> None:
+        for store in (self.l1, self.l2):
+            try:
+                store.delete(key.digest)
+            except StoreUnavailable:
+                self.metrics.count_store_error("crawler")
+
+    async def single_flight(self, key: CacheKey, fill: Callable[[], Awaitable[object]]) -> object:
+        """Run ``fill`` once for concurrent callers of the same key; all get its result (or its exception)."""
+        pending = self._fills.get(key.digest)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._fills[key.digest] = future
+        try:
+            result = await fill()
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except Exception as exc:
+            future.set_exception(exc)
+            # Followers retrieve it; mark it retrieved so a lone leader leaves no warning behind.
+            future.exception()
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            del self._fills[key.digest]
+
+    def _read(self, store: Store | DiskStore, key: CacheKey, kind: str) -> Page | None:
+        data = self._get(store, key, kind)
+        return self._parse(store, key, data, kind) if data is not None else None
+
+    def _get(self, store: Store | DiskStore, key: CacheKey, kind: str) -> bytes | None:
+        try:
+            return store.get(key.digest)
+        except StoreUnavailable:
+            self.metrics.count_store_error(kind)
+            return None
+
+    def _put(self, store: Store | DiskStore, key: CacheKey, data: bytes, kind: str) -> None:
+        try:
+            store.set(key.digest, data)
+        except StoreUnavailable as exc:
+            self.metrics.count_store_error(kind)
+            logger.debug("store write failed: %s", exc)
+
+    def _parse(self, store: Store | DiskStore, key: CacheKey, data: bytes, kind: str) -> Page | None:
+        try:
+            return Page.from_bytes(data)
+        except CorruptPage as exc:
+            self.metrics.corrupt_pages += 1
+            logger.warning("dropping corrupt cached page %s (%s): %s", key.target, key.digest, exc)
+            try:
+                store.delete(key.digest)
+            except StoreUnavailable:
+                self.metrics.count_store_error(kind)
+            return None

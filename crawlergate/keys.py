@@ -1,0 +1,124 @@
+"""URL to cache key: which requests are cacheable, and the one normal form of each page's URL.
+
+The key is the normalised path and query alone. The Host header, X-Forwarded-* and the scheme do
+not enter it: a gate protects one site, and a client cannot poison the page of a key by sending
+another host. Query parameters that do not count (tracking, sessions, anything outside a path's
+allow-list) are dropped from the key *and* from the guest sub-request, so a stored page always
+matches its key. The digest names the page in L1 and L2; no path on disk is ever built from a URL.
+
+    keys = KeyMaker(load_cache_rules(path), admin_prefix="/_crawlergate")
+    keys.key_for(b"/showthread.php", b"t=12&utm_source=x")  # CacheKey(target="/showthread.php?t=12", ...)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, quote, unquote_to_bytes
+
+from crawlergate.rules import CacheRules
+
+# Keys longer than this are not cached: real page URLs are far shorter, and a long key is an attack
+# on the cache's memory rather than a page (memcached itself caps keys at 250 bytes; we hash them).
+MAX_TARGET_CHARS = 2048
+
+_ESCAPE = re.compile(rb"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+# Characters that may stay literal in a normalised path (RFC 3986 pchar without '%').
+_PATH_SAFE = "/:@!$&'()*+,;="
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKey:
+    """A page's identity: ``target`` is what the guest sub-request fetches, ``digest`` names it in the stores."""
+
+    target: str
+    digest: str
+
+
+class KeyMaker:
+    """Decides cacheability and builds keys from raw request paths and query strings."""
+
+    def __init__(self, rules: CacheRules, *, admin_prefix: str, max_target_chars: int = MAX_TARGET_CHARS) -> None:
+        self._rules = rules
+        self._admin_prefix = admin_prefix
+        self._max_target_chars = max_target_chars
+
+    def key_for(self, raw_path: bytes, query_string: bytes = b"") -> CacheKey | None:
+        """The key of a GET/HEAD request, or None when the URL is not cacheable."""
+        if len(raw_path) + len(query_string) > self._max_target_chars:
+            return None
+        path = normalise_path(raw_path)
+        if path is None or not self.is_cacheable_path(path):
+            return None
+        query = self.normalise_query(path, query_string)
+        target = f"{path}?{query}" if query else path
+        if len(target) > self._max_target_chars:
+            return None
+        return CacheKey(target=target, digest=digest_of(target))
+
+    def is_cacheable_path(self, path: str) -> bool:
+        if path == self._admin_prefix or path.startswith(self._admin_prefix + "/"):
+            return False
+        rules = self._rules
+        if rules.include.match(path) is None:
+            return False
+        if rules.exclude is not None and rules.exclude.match(path) is not None:
+            return False
+        return not path.lower().endswith(rules.static_extensions)
+
+    def normalise_query(self, path: str, query_string: bytes) -> str:
+        """Sorted, re-encoded parameters that count for this path; the others are dropped."""
+        if not query_string:
+            return ""
+        try:
+            pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, encoding="utf-8", errors="strict")
+        except (UnicodeDecodeError, ValueError):
+            pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, encoding="latin-1")
+        keep = self._rules.keep_params.get(path)
+        drop = self._rules.drop_params
+        counted = [
+            (name, value)
+            for name, value in pairs
+            if (keep is None or name.lower() in keep) and (drop is None or drop.fullmatch(name) is None)
+        ]
+        counted.sort()
+        return "&".join(f"{quote(name, safe='')}={quote(value, safe='')}" for name, value in counted)
+
+
+def normalise_path(raw_path: bytes) -> str | None:
+    """RFC 3986 normal form of a path, or None for one that must not be cached.
+
+    Unreserved characters are decoded, other escapes upper-cased (an encoded slash stays encoded,
+    so it never becomes a segment), dot segments removed. NUL bytes, a path that climbs above the
+    root, or one that does not start with '/' are refused.
+    """
+    if not raw_path.startswith(b"/") or b"\x00" in raw_path:
+        return None
+    decoded = _ESCAPE.sub(_normalise_escape, raw_path)
+    if b"%00" in decoded:
+        return None
+    segments: list[bytes] = []
+    for segment in decoded.split(b"/")[1:]:
+        if segment == b"..":
+            if not segments:
+                return None
+            segments.pop()
+        elif segment != b".":
+            segments.append(segment)
+    if decoded.endswith((b"/.", b"/..")):
+        segments.append(b"")
+    text = "/" + "/".join(quote(segment, safe=_PATH_SAFE + "%") for segment in segments)
+    return text
+
+
+def digest_of(target: str) -> str:
+    return hashlib.blake2b(target.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+
+
+def _normalise_escape(match: re.Match[bytes]) -> bytes:
+    byte = unquote_to_bytes(match.group())
+    if byte[0] in _UNRESERVED:
+        return byte
+    return match.group().upper()

@@ -1,0 +1,89 @@
+"""Answering from a stored page: gzip or identity, conditional GET, HEAD.
+
+The stored gzip bytes go out as they are to clients that accept gzip (crawlers do); others get
+the body decompressed. ``If-None-Match`` (weak comparison, RFC 9110 13.1.2) wins over
+``If-Modified-Since``; either may turn the answer into ``304 Not Modified``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from starlette.types import Send
+
+from crawlergate.page import Page, parse_http_date
+
+
+class ConditionalHeaders(Protocol):
+    accept_encoding: bytes
+    if_none_match: bytes
+    if_modified_since: bytes
+
+
+async def serve_page(send: Send, page: Page, method: str, request: ConditionalHeaders, *, outcome: bytes) -> None:
+    """Send ``page`` as the response, honouring encoding, validators and HEAD."""
+    headers = [
+        (b"etag", page.etag.encode()),
+        (b"last-modified", page.http_date.encode()),
+        (b"vary", b"Accept-Encoding"),
+        (b"x-crawlergate", outcome),
+    ]
+    headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in page.headers]
+    if page.status == 200 and _not_modified(page, request):
+        await send({"type": "http.response.start", "status": 304, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if accepts_gzip(request.accept_encoding):
+        body = page.body_gz
+        headers.append((b"content-encoding", b"gzip"))
+    else:
+        body = page.body()
+    headers += [(b"content-type", page.content_type.encode("latin-1")), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": page.status, "headers": headers})
+    await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+
+
+async def simple_response(
+    send: Send, status: int, body: bytes, *, outcome: bytes, retry_after: bytes | None = None
+) -> None:
+    """A short plain-text answer of the gate's own (errors, refusals); never cached."""
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+        (b"cache-control", b"no-store"),
+        (b"x-crawlergate", outcome),
+    ]
+    if retry_after is not None:
+        headers.append((b"retry-after", retry_after))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def accepts_gzip(accept_encoding: bytes) -> bool:
+    """True unless the client leaves gzip out or refuses it with q=0."""
+    for item in accept_encoding.lower().split(b","):
+        coding, _, params = item.strip().partition(b";")
+        if coding in (b"gzip", b"x-gzip", b"*"):
+            quality = params.strip()
+            return not (quality.startswith(b"q=") and _is_zero(quality[2:]))
+    return False
+
+
+def _not_modified(page: Page, request: ConditionalHeaders) -> bool:
+    if request.if_none_match:
+        wanted = request.if_none_match.decode("latin-1")
+        if wanted.strip() == "*":
+            return True
+        opaque = page.etag.removeprefix("W/")
+        return any(tag.strip().removeprefix("W/") == opaque for tag in wanted.split(","))
+    if request.if_modified_since:
+        since = parse_http_date(request.if_modified_since.decode("latin-1"))
+        return since is not None and page.last_modified <= since
+    return False
+
+
+def _is_zero(text: bytes) -> bool:
+    try:
+        return float(text) == 0
+    except ValueError:
+        return False

@@ -1,0 +1,114 @@
+"""MemcachedStore: L1 on one or more memcached servers, through pymemcache.
+
+memcached's own LRU does the eviction (start it with ``-m`` = the L1 budget). Keys are spread over
+the servers by rendezvous hashing. Every call has short connect and read timeouts; a server that
+fails is skipped for ``dead_retry_seconds``, so a dead memcached costs one timeout per back-off
+period, not one per request. Its keys are misses meanwhile (they are not moved to other servers,
+which would only fill them with copies that go stale when it returns).
+
+    store = MemcachedStore(["127.0.0.1:11211"], connect_timeout_s=0.05, timeout_s=0.05)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from pymemcache.client.base import PooledClient
+from pymemcache.client.rendezvous import RendezvousHash
+from pymemcache.exceptions import MemcacheError
+
+from crawlergate.errors import ConfigError, StoreUnavailable
+
+logger = logging.getLogger(__name__)
+
+KEY_PREFIX = "cg:"
+
+
+class MemcachedStore:
+    """A Store on memcached servers with per-server back-off.
+
+    Parameters:
+        servers: ``HOST:PORT`` strings.
+        connect_timeout_s, timeout_s: socket timeouts of every call.
+        dead_retry_seconds: how long a failed server is skipped.
+        item_max_bytes: values larger than this skip L1 (memcached refuses items over its ``-I`` limit).
+        clock: monotonic time, injectable for tests.
+    """
+
+    def __init__(
+        self,
+        servers: Sequence[str],
+        *,
+        connect_timeout_s: float = 0.05,
+        timeout_s: float = 0.05,
+        dead_retry_seconds: float = 10.0,
+        item_max_bytes: int = 1024 * 1024,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not servers:
+            raise ConfigError("MemcachedStore needs at least one server (setting 'l1.memcached').")
+        self.item_max_bytes = item_max_bytes
+        self._dead_retry = dead_retry_seconds
+        self._clock = clock
+        self._clients: dict[str, PooledClient] = {}
+        for server in servers:
+            host, _, port = server.rpartition(":")
+            self._clients[server] = PooledClient(
+                (host, int(port)),
+                connect_timeout=connect_timeout_s,
+                timeout=timeout_s,
+                no_delay=True,
+                max_pool_size=64,
+            )
+        self._ring = RendezvousHash(list(self._clients))
+        self._dead_until: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> bytes | None:
+        value = self._call(key, lambda client, k: client.get(k))
+        return value if isinstance(value, bytes) else None
+
+    def set(self, key: str, value: bytes) -> None:
+        if len(value) <= self.item_max_bytes:
+            self._call(key, lambda client, k: client.set(k, value, noreply=False))
+
+    def add(self, key: str, value: bytes) -> bool:
+        if len(value) > self.item_max_bytes:
+            return False
+        return bool(self._call(key, lambda client, k: client.add(k, value, noreply=False)))
+
+    def touch(self, key: str) -> bool:
+        return bool(self._call(key, lambda client, k: client.touch(k, 0, noreply=False)))
+
+    def delete(self, key: str) -> None:
+        self._call(key, lambda client, k: client.delete(k, noreply=False))
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+
+    def _call(self, key: str, operation: Callable[[PooledClient, str], object]) -> object:
+        server = self._ring.get_node(key)
+        dead_until = self._dead_until.get(server)
+        if dead_until is not None and self._clock() < dead_until:
+            raise StoreUnavailable(f"memcached {server} is skipped after a failure")
+        try:
+            result = operation(self._clients[server], KEY_PREFIX + key)
+        except (OSError, MemcacheError) as exc:
+            self._mark_dead(server, exc)
+            raise StoreUnavailable(f"memcached {server}: {exc}") from exc
+        if dead_until is not None:
+            with self._lock:
+                self._dead_until.pop(server, None)
+            logger.warning("L1 server %s back in rotation", server)
+        return result
+
+    def _mark_dead(self, server: str, exc: BaseException) -> None:
+        with self._lock:
+            first = server not in self._dead_until
+            self._dead_until[server] = self._clock() + self._dead_retry
+        if first:
+            logger.warning("L1 server %s marked dead for %.0f s: %s", server, self._dead_retry, exc)
