@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,3 +35,54 @@ def paper_classifier() -> Classifier:
 def read_user_agents(name: str) -> list[str]:
     lines = (DATA / "user_agents" / name).read_text(encoding="utf-8").splitlines()
     return [line for line in lines if line and not line.startswith("#")]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class MemcachedServer:
+    """A real memcached process on a free loopback port."""
+
+    def __init__(self, memory_mb: int = 64) -> None:
+        self.memory_mb = memory_mb
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        binary = shutil.which("memcached")
+        if binary is None:
+            pytest.fail("memcached is not installed (apt-get install -y memcached); CI installs it")
+        self.process = subprocess.Popen(
+            [binary, "-l", "127.0.0.1", "-p", str(self.port), "-m", str(self.memory_mb), "-U", "0", "-u", "root"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.02)
+        pytest.fail("memcached did not start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None
+
+
+@pytest.fixture
+def memcached_server() -> Iterator[MemcachedServer]:
+    server = MemcachedServer()
+    server.start()
+    yield server
+    server.stop()

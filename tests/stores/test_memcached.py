@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import pytest
+
+from crawlergate.errors import StoreUnavailable
+from crawlergate.stores.memcached import MemcachedStore
+from tests.conftest import MemcachedServer, free_port
+
+pytestmark = pytest.mark.memcached
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_memcached_store_roundtrip(memcached_server: MemcachedServer) -> None:
+    store = MemcachedStore([memcached_server.address])
+    store.set("k", b"\x00page")
+    assert store.get("k") == b"\x00page"
+    assert store.touch("k")
+    assert not store.add("k", b"other")
+    assert store.add("new", b"v")
+    store.delete("k")
+    assert store.get("k") is None
+    assert not store.touch("k")
+    store.close()
+
+
+def test_memcached_store_skips_items_over_item_limit(memcached_server: MemcachedServer) -> None:
+    store = MemcachedStore([memcached_server.address], item_max_bytes=1000)
+    store.set("big", b"x" * 2000)
+    assert store.get("big") is None
+    store.close()
+
+
+def test_memcached_store_spreads_keys_over_servers(memcached_server: MemcachedServer) -> None:
+    second = MemcachedServer()
+    second.start()
+    try:
+        store = MemcachedStore([memcached_server.address, second.address])
+        for number in range(50):
+            store.set(f"key{number}", b"v")
+        assert all(store.get(f"key{number}") == b"v" for number in range(50))
+        only_first = MemcachedStore([memcached_server.address])
+        found_on_first = sum(only_first.get(f"key{number}") == b"v" for number in range(50))
+        assert 0 < found_on_first < 50
+        store.close()
+        only_first.close()
+    finally:
+        second.stop()
+
+
+def test_memcached_store_dead_server_backs_off_then_returns(memcached_server: MemcachedServer) -> None:
+    clock = FakeClock()
+    store = MemcachedStore([memcached_server.address], dead_retry_seconds=10, clock=clock)
+    store.set("k", b"v")
+    memcached_server.stop()
+    with pytest.raises(StoreUnavailable):
+        store.get("k")
+    # Skipped without touching the network for the back-off period.
+    with pytest.raises(StoreUnavailable, match="skipped"):
+        store.get("k")
+    memcached_server.start()
+    with pytest.raises(StoreUnavailable, match="skipped"):
+        store.get("k")
+    clock.now += 11
+    assert store.get("k") is None  # back in rotation (a fresh memcached is empty)
+    store.set("k", b"again")
+    assert store.get("k") == b"again"
+    store.close()
+
+
+def test_memcached_store_refused_connection_is_unavailable() -> None:
+    store = MemcachedStore([f"127.0.0.1:{free_port()}"])
+    with pytest.raises(StoreUnavailable):
+        store.get("k")
+    store.close()

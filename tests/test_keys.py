@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import pytest
+
+from crawlergate.keys import KeyMaker, normalise_path
+from crawlergate.rules import default_rules_dir, load_cache_rules
+
+
+@pytest.fixture(scope="module")
+def keys() -> KeyMaker:
+    return KeyMaker(load_cache_rules(default_rules_dir() / "cache.toml"), admin_prefix="/_crawlergate")
+
+
+@pytest.mark.parametrize(
+    ("raw_path", "query", "target"),
+    [
+        pytest.param(b"/t/1", b"", "/t/1", id="plain"),
+        pytest.param(b"/t/%7e%41", b"", "/t/~A", id="unreserved-decoded"),
+        pytest.param(b"/t/caf%c3%a9", b"", "/t/caf%C3%A9", id="escapes-upper-cased"),
+        pytest.param(b"/a/./b/../c", b"", "/a/c", id="dot-segments"),
+        pytest.param(b"/a%2Fb", b"", "/a%2Fb", id="encoded-slash-stays-encoded"),
+        pytest.param(b"/t", b"b=2&a=1", "/t?a=1&b=2", id="sorted-query"),
+        pytest.param(b"/t", b"a=1&utm_source=x&fbclid=y&PHPSESSID=z", "/t?a=1", id="tracking-dropped"),
+        pytest.param(b"/showthread.php", b"t=12&highlight=x&page=2", "/showthread.php?page=2&t=12", id="allow-list"),
+        pytest.param(b"/t", b"q=a%20b&r=", "/t?q=a%20b&r=", id="query-reencoded"),
+    ],
+)
+def test_keys_normalise(keys: KeyMaker, raw_path: bytes, query: bytes, target: str) -> None:
+    key = keys.key_for(raw_path, query)
+    assert key is not None
+    assert key.target == target
+    assert len(key.digest) == 32 and all(c in "0123456789abcdef" for c in key.digest)
+
+
+@pytest.mark.parametrize(
+    ("raw_path", "query"),
+    [
+        pytest.param(b"/_crawlergate/stats", b"", id="admin"),
+        pytest.param(b"/css/site.css", b"", id="static"),
+        pytest.param(b"/login", b"next=/", id="excluded"),
+        pytest.param(b"/../etc/passwd", b"", id="climbs-above-root"),
+        pytest.param(b"/a/%2e%2e/%2e%2e/etc", b"", id="encoded-dot-dot"),
+        pytest.param(b"/t\x00", b"", id="nul"),
+        pytest.param(b"/t%00x", b"", id="encoded-nul"),
+        pytest.param(b"relative", b"", id="no-leading-slash"),
+        pytest.param(b"/t/" + b"a" * 3000, b"", id="too-long"),
+    ],
+)
+def test_keys_not_cacheable(keys: KeyMaker, raw_path: bytes, query: bytes) -> None:
+    assert keys.key_for(raw_path, query) is None
+
+
+def test_keys_equal_urls_share_a_digest(keys: KeyMaker) -> None:
+    first = keys.key_for(b"/t/%7E1", b"b=2&a=1&utm_medium=x")
+    second = keys.key_for(b"/t/~1", b"a=1&b=2")
+    assert first == second
+
+
+def test_keys_normalise_path_keeps_trailing_slash() -> None:
+    assert normalise_path(b"/a/b/") == "/a/b/"
+    assert normalise_path(b"/a/b/..") == "/a/"
