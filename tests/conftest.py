@@ -16,6 +16,11 @@ DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     """Default settings with the L2 cache under the test's own temporary directory."""
     return Settings(l2=L2Settings(cache_dir=str(tmp_path / "cache")))

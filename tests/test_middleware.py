@@ -1,0 +1,382 @@
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from crawlergate.config import CacheSettings, L1Settings, L2Settings, Settings
+from crawlergate.middleware import CrawlerGateMiddleware
+from tests.conftest import MemcachedServer
+
+pytestmark = pytest.mark.anyio
+
+GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
+FIREFOX = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"}
+PAGE = "<html><body>" + "a forum thread " * 1200 + "</body></html>"
+
+
+class Site:
+    """A small dynamic site that records what reached it."""
+
+    def __init__(self) -> None:
+        self.seen: list[Request] = []
+        self.down = False
+        self.delay_s = 0.0
+
+    def app(self) -> Starlette:
+        async def thread(request: Request) -> Response:
+            self.seen.append(request)
+            if self.down:
+                return PlainTextResponse("database is down", status_code=503)
+            await asyncio.sleep(self.delay_s)
+            return HTMLResponse(
+                PAGE + request.path_params["number"], headers={"last-modified": "Mon, 01 Jan 2024 00:00:00 GMT"}
+            )
+
+        async def personal(request: Request) -> Response:
+            self.seen.append(request)
+            response = HTMLResponse("<p>hello</p>")
+            response.set_cookie("session", "guest-session")
+            return response
+
+        async def private(request: Request) -> Response:
+            self.seen.append(request)
+            return HTMLResponse("<p>mine</p>", headers={"cache-control": "private"})
+
+        async def moved(request: Request) -> Response:
+            self.seen.append(request)
+            return RedirectResponse("/t/1", status_code=301)
+
+        async def stream(request: Request) -> Response:
+            async def chunks() -> AsyncIterator[bytes]:
+                for _ in range(3):
+                    yield b"chunk "
+
+            return StreamingResponse(chunks(), media_type="text/plain")
+
+        async def post(request: Request) -> Response:
+            self.seen.append(request)
+            return PlainTextResponse("posted")
+
+        return Starlette(
+            routes=[
+                Route("/t/{number}", thread),
+                Route("/personal", personal),
+                Route("/members-only", private),
+                Route("/old", moved),
+                Route("/stream", stream),
+                Route("/reply", post, methods=["POST"]),
+            ]
+        )
+
+
+@pytest.fixture
+def site() -> Site:
+    return Site()
+
+
+def _gate(site: Site, tmp_path: Path, **sections: Any) -> CrawlerGateMiddleware:
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), **sections)
+    return CrawlerGateMiddleware(site.app(), settings=settings)
+
+
+def _client(gate: CrawlerGateMiddleware) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://forum.test")
+
+
+async def test_middleware_crawler_miss_then_l1_hit(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        first = await client.get("/t/1", headers=GOOGLEBOT)
+        second = await client.get("/t/1", headers=GOOGLEBOT)
+    assert (first.headers["x-crawlergate"], second.headers["x-crawlergate"]) == ("miss", "l1-hit")
+    assert second.text == PAGE + "1"
+    assert second.headers["content-encoding"] == "gzip"
+    assert second.headers["vary"] == "Accept-Encoding"
+    assert second.headers["etag"] == first.headers["etag"]
+    assert second.headers["last-modified"] == "Mon, 01 Jan 2024 00:00:00 GMT"
+    assert len(site.seen) == 1
+
+
+async def test_middleware_l2_hit_is_promoted_to_l1(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        gate.cache.l1.delete(gate.keys.key_for(b"/t/1").digest)  # type: ignore[union-attr]
+        outcomes = [(await client.get("/t/1", headers=GOOGLEBOT)).headers["x-crawlergate"] for _ in range(2)]
+    assert outcomes == ["l2-hit", "l1-hit"]
+
+
+async def test_middleware_identity_client_gets_decompressed_body(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        response = await client.get("/t/1", headers={**GOOGLEBOT, "accept-encoding": "identity"})
+        refused = await client.get("/t/1", headers={**GOOGLEBOT, "accept-encoding": "gzip;q=0, br"})
+    assert "content-encoding" not in response.headers
+    assert response.content == (PAGE + "1").encode()
+    assert int(response.headers["content-length"]) == len(PAGE + "1")
+    assert "content-encoding" not in refused.headers
+
+
+async def test_middleware_gzip_bytes_are_served_as_stored(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        async with client.stream("GET", "/t/1", headers=GOOGLEBOT) as response:
+            raw = b"".join([chunk async for chunk in response.aiter_raw()])
+    assert gzip.decompress(raw) == (PAGE + "1").encode()
+    assert int(response.headers["content-length"]) == len(raw)
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [
+        pytest.param("if-none-match", None, id="etag"),
+        pytest.param("if-none-match", "*", id="star"),
+        pytest.param("if-modified-since", "Mon, 01 Jan 2024 00:00:00 GMT", id="modified-since"),
+    ],
+)
+async def test_middleware_conditional_get_gives_304(site: Site, tmp_path: Path, header: str, value: str | None) -> None:
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        first = await client.get("/t/1", headers=GOOGLEBOT)
+        response = await client.get("/t/1", headers={**GOOGLEBOT, header: value or first.headers["etag"]})
+        changed = await client.get("/t/1", headers={**GOOGLEBOT, "if-none-match": 'W/"other"'})
+    assert response.status_code == 304 and response.content == b""
+    assert response.headers["x-crawlergate"] == "l1-hit"
+    assert changed.status_code == 200
+
+
+async def test_middleware_head_has_no_body(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        miss = await client.head("/t/1", headers=GOOGLEBOT)
+        hit = await client.head("/t/1", headers=GOOGLEBOT)
+    assert (miss.headers["x-crawlergate"], hit.headers["x-crawlergate"]) == ("miss", "l1-hit")
+    assert hit.content == b"" and int(hit.headers["content-length"]) > 0
+
+
+async def test_middleware_passes_humans_through_and_streams(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        page = await client.get("/t/1", headers=FIREFOX)
+        stream = await client.get("/stream", headers=FIREFOX)
+    assert page.headers["x-crawlergate"] == "pass" and page.text == PAGE + "1"
+    assert stream.text == "chunk chunk chunk " and stream.headers["x-crawlergate"] == "pass"
+    assert gate.stats()["human"]["passes"] == 2
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers"),
+    [
+        pytest.param("POST", "/reply", GOOGLEBOT, id="unsafe-method"),
+        pytest.param("GET", "/t/1", {**GOOGLEBOT, "cookie": "sessionid=alice"}, id="session-cookie"),
+        pytest.param("GET", "/t/1", {**GOOGLEBOT, "authorization": "Basic YTpi"}, id="authorization"),
+        pytest.param("GET", "/login", GOOGLEBOT, id="excluded-path"),
+    ],
+)
+async def test_middleware_passes_what_is_not_for_the_cache(
+    site: Site, tmp_path: Path, method: str, path: str, headers: dict[str, str]
+) -> None:
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        response = await client.request(method, path, headers=headers)
+    assert response.headers["x-crawlergate"] == "pass"
+    assert len(gate.cache.l2) == 0
+
+
+async def test_middleware_guest_fill_is_sanitised(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path)
+    headers = {**GOOGLEBOT, "x-forwarded-host": "evil.test", "x-forwarded-for": "6.6.6.6", "host": "evil.test"}
+    async with _client(gate) as client:
+        await client.get("/t/1?utm_source=poison&sid=1", headers=headers)
+    fill = site.seen[0]
+    assert "cookie" not in fill.headers and "authorization" not in fill.headers
+    assert "x-forwarded-host" not in fill.headers and "x-forwarded-for" not in fill.headers
+    assert fill.headers["host"] == "localhost"
+    assert str(fill.url.query) == ""
+    assert gate.keys.key_for(b"/t/1").digest in gate.cache.l2.keys()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("path", ["/personal", "/members-only"])
+async def test_middleware_personal_responses_are_not_stored(site: Site, tmp_path: Path, path: str) -> None:
+    gate = _gate(site, tmp_path)
+    outcomes = []
+    async with _client(gate) as client:
+        for _ in range(2):
+            outcomes.append((await client.get(path, headers=GOOGLEBOT)).headers["x-crawlergate"])
+            client.cookies.clear()  # a crawler does not keep the guest session cookie
+    assert outcomes == ["miss", "miss"]
+    assert len(gate.cache.l2) == 0
+
+
+async def test_middleware_redirect_is_stored_with_its_location(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        await client.get("/old", headers=GOOGLEBOT)
+        response = await client.get("/old", headers=GOOGLEBOT)
+    assert response.status_code == 301 and response.headers["location"] == "/t/1"
+    assert response.headers["x-crawlergate"] == "l1-hit"
+
+
+async def test_middleware_fifty_concurrent_misses_make_one_origin_request(site: Site, tmp_path: Path) -> None:
+    site.delay_s = 0.05
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        responses = await asyncio.gather(*(client.get("/t/7", headers=GOOGLEBOT) for _ in range(50)))
+    assert len(site.seen) == 1
+    assert all(response.status_code == 200 and response.text == PAGE + "7" for response in responses)
+
+
+async def test_middleware_origin_down_serves_stale_from_l2(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path, cache=CacheSettings(ttl_seconds=0.001))
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        site.down = True
+        await asyncio.sleep(0.01)
+        stale = await client.get("/t/1", headers=GOOGLEBOT)
+        missing = await client.get("/t/2", headers=GOOGLEBOT)
+    assert stale.headers["x-crawlergate"] == "stale" and stale.text == PAGE + "1"
+    assert missing.status_code == 503 and missing.headers["x-crawlergate"] == "miss"
+    assert gate.keys.key_for(b"/t/2").digest not in gate.cache.l2.keys()  # type: ignore[union-attr]
+
+
+async def test_middleware_origin_unreachable_is_502_and_nothing_stored(tmp_path: Path) -> None:
+    async def broken(scope: Any, receive: Any, send: Any) -> None:
+        raise ConnectionRefusedError("origin is down")
+
+    gate = CrawlerGateMiddleware(broken, settings=Settings(l2=L2Settings(cache_dir=str(tmp_path))))
+    transport = httpx.ASGITransport(app=gate)
+    async with httpx.AsyncClient(transport=transport, base_url="http://forum.test") as client:
+        response = await client.get("/t/1", headers=GOOGLEBOT)
+    assert response.status_code in (500, 502)
+    assert len(gate.cache.l2) == 0
+
+
+async def test_middleware_human_view_prefetches_l2_copy_into_l1(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        gate.cache.l1.delete(gate.keys.key_for(b"/t/1").digest)  # type: ignore[union-attr]
+        await client.get("/t/1", headers=FIREFOX)
+        await gate.drain()
+        response = await client.get("/t/1", headers=GOOGLEBOT)
+    assert response.headers["x-crawlergate"] == "l1-hit"
+    assert gate.stats()["human"]["prefetches"] == 1
+
+
+async def test_middleware_corrupt_l2_page_is_never_served(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        key = gate.keys.key_for(b"/t/1")
+        assert key is not None
+        gate.cache.l1.delete(key.digest)
+        path = gate.cache.l2.path_for(key.digest)
+        path.write_bytes(path.read_bytes()[:-100])  # a crash cut the page short
+        response = await client.get("/t/1", headers=GOOGLEBOT)
+    assert response.headers["x-crawlergate"] == "miss"
+    assert response.text == PAGE + "1"
+    assert gate.stats()["corrupt_pages"] == 1
+    assert len(site.seen) == 2
+
+
+async def test_middleware_unwritable_l2_still_answers(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path)
+    gate.start()
+    key = gate.keys.key_for(b"/t/1")
+    assert key is not None
+    (tmp_path / "l2" / key.digest[:2]).write_text("a file where the shard folder should be")
+    async with _client(gate) as client:
+        first = await client.get("/t/1", headers=GOOGLEBOT)
+        second = await client.get("/t/1", headers=GOOGLEBOT)
+    assert first.status_code == 200 and first.text == PAGE + "1"
+    assert second.headers["x-crawlergate"] == "l1-hit"  # L1 still took the page
+    assert gate.stats()["crawler"]["store_errors"] >= 1
+
+
+async def test_middleware_huge_url_is_refused_cleanly(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path)
+    path = "/t/" + "a" * 100_000  # httpx refuses to send such a URL, so the ASGI call is made by hand
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": [(b"user-agent", GOOGLEBOT["user-agent"].encode())],
+        "client": ("127.0.0.1", 5000),
+    }
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await gate(scope, receive, send)
+    assert sent[0]["status"] == 414
+    assert site.seen == []
+
+
+@pytest.mark.parametrize("path", ["/t/..%2f..%2f..%2fetc%2fpasswd", "/t/%00", "/../../etc/passwd"])
+async def test_middleware_path_tricks_stay_inside_the_cache(site: Site, tmp_path: Path, path: str) -> None:
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        await client.get(path, headers=GOOGLEBOT)
+    l2 = tmp_path / "l2"
+    for file in l2.rglob("*"):
+        assert file.resolve().is_relative_to(l2.resolve())
+        assert file.is_dir() or file.name.endswith(".page")
+
+
+async def test_middleware_stats_and_healthz(site: Site, tmp_path: Path) -> None:
+    gate = _gate(site, tmp_path)
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        await client.get("/t/1", headers=GOOGLEBOT)
+        stats = (await client.get("/_crawlergate/stats")).json()
+        health = await client.get("/_crawlergate/healthz")
+    crawler = stats["crawler"]
+    assert (crawler["requests"], crawler["l1_hits"], crawler["misses"], crawler["hit_ratio"]) == (2, 1, 1, 0.5)
+    assert set(crawler["ttfb_ms"]) >= {"p50", "p90", "p99", "mean"}
+    assert set(stats["human"]) >= {"requests", "l1_hits", "l2_hits", "misses", "hit_ratio", "ttfb_ms"}
+    assert health.json() == {"status": "ok"}
+
+
+async def test_middleware_stats_refuse_remote_clients_without_token(site: Site, tmp_path: Path) -> None:
+    from crawlergate.config import AdminSettings
+
+    gate = _gate(site, tmp_path, admin=AdminSettings(token="s3cret"))
+    transport = httpx.ASGITransport(app=gate, client=("203.0.113.5", 4000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://forum.test") as client:
+        refused = await client.get("/_crawlergate/stats")
+        allowed = await client.get("/_crawlergate/stats", headers={"authorization": "Bearer s3cret"})
+        health = await client.get("/_crawlergate/healthz")
+    assert (refused.status_code, allowed.status_code, health.status_code) == (403, 200, 200)
+
+
+@pytest.mark.memcached
+async def test_middleware_with_memcached_l1_survives_memcached_death(
+    site: Site, tmp_path: Path, memcached_server: MemcachedServer
+) -> None:
+    gate = _gate(site, tmp_path, l1=L1Settings(memcached=(memcached_server.address,), dead_retry_seconds=60))
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        assert (await client.get("/t/1", headers=GOOGLEBOT)).headers["x-crawlergate"] == "l1-hit"
+        memcached_server.stop()
+        outcomes = [(await client.get("/t/1", headers=GOOGLEBOT)).headers["x-crawlergate"] for _ in range(20)]
+    assert outcomes == ["l2-hit"] * 20
+    assert len(site.seen) == 1
+    gate.cache.close()
