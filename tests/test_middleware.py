@@ -205,7 +205,7 @@ async def test_middleware_guest_fill_is_sanitised(site: Site, tmp_path: Path) ->
     assert "x-forwarded-host" not in fill.headers and "x-forwarded-for" not in fill.headers
     assert fill.headers["host"] == "localhost"
     assert str(fill.url.query) == ""
-    assert gate.keys.key_for(b"/t/1").digest in gate.cache.l2.keys()  # type: ignore[union-attr]
+    assert gate.keys.key_for(b"/t/1").digest in gate.cache.l2.digests()  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("path", ["/personal", "/members-only"])
@@ -248,7 +248,7 @@ async def test_middleware_origin_down_serves_stale_from_l2(site: Site, tmp_path:
         missing = await client.get("/t/2", headers=GOOGLEBOT)
     assert stale.headers["x-crawlergate"] == "stale" and stale.text == PAGE + "1"
     assert missing.status_code == 503 and missing.headers["x-crawlergate"] == "miss"
-    assert gate.keys.key_for(b"/t/2").digest not in gate.cache.l2.keys()  # type: ignore[union-attr]
+    assert gate.keys.key_for(b"/t/2").digest not in gate.cache.l2.digests()  # type: ignore[union-attr]
 
 
 async def test_middleware_origin_unreachable_is_502_and_nothing_stored(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ class DiskStore:
         with self._lock:
             self.used_bytes -= self._recency.pop(key, 0)
 
-    def keys(self) -> list[str]:
+    def digests(self) -> list[str]:
         with self._lock:
             return list(self._recency)
 
