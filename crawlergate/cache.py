@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -27,6 +28,10 @@ from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore
 
 logger = logging.getLogger(__name__)
+
+# Parsed L1 pages kept per process, so a hot page is decoded once, not per request. With memcached
+# this holds copies of up to this many pages (about 17 MB at 17 KB each); the embedded store shares them.
+DECODED_PAGES = 1024
 
 Level = Literal["l1", "l2"]
 
@@ -48,6 +53,7 @@ class TwoLevelCache:
         self.metrics = metrics
         self.clock = clock
         self._fills: dict[str, asyncio.Future[object]] = {}
+        self._decoded: OrderedDict[str, tuple[bytes, Found]] = OrderedDict()
 
     def start(self) -> None:
         self.l2.start()
@@ -57,9 +63,29 @@ class TwoLevelCache:
         self.l2.close()
 
     def lookup(self, key: CacheKey, kind: str = "crawler") -> Found | None:
-        page = self._read(self.l1, key, kind)
-        if page is not None:
-            return Found(page, "l1")
+        """L1, then L2 (promoting an L2 hit into L1)."""
+        return self.lookup_l1(key, kind) or self.lookup_l2(key, kind)
+
+    def lookup_l1(self, key: CacheKey, kind: str = "crawler") -> Found | None:
+        data = self._get(self.l1, key, kind)
+        if data is None:
+            return None
+        decoded = self._decoded.get(key.digest)
+        # The embedded store returns the very object it holds; memcached returns equal bytes.
+        if decoded is not None and (decoded[0] is data or decoded[0] == data):
+            self._decoded.move_to_end(key.digest)
+            return decoded[1]
+        page = self._parse(self.l1, key, data, kind, verify=False)
+        if page is None:
+            return None
+        found = Found(page, "l1")
+        self._decoded[key.digest] = (data, found)
+        if len(self._decoded) > DECODED_PAGES:
+            self._decoded.popitem(last=False)
+        return found
+
+    def lookup_l2(self, key: CacheKey, kind: str = "crawler") -> Found | None:
+        """The L2 copy, promoted into L1 on the way."""
         data = self._get(self.l2, key, kind)
         if data is None:
             return None
@@ -130,10 +156,6 @@ class TwoLevelCache:
         finally:
             del self._fills[key.digest]
 
-    def _read(self, store: Store | DiskStore, key: CacheKey, kind: str) -> Page | None:
-        data = self._get(store, key, kind)
-        return self._parse(store, key, data, kind) if data is not None else None
-
     def _get(self, store: Store | DiskStore, key: CacheKey, kind: str) -> bytes | None:
         try:
             return store.get(key.digest)
@@ -148,9 +170,11 @@ class TwoLevelCache:
             self.metrics.count_store_error(kind)
             logger.debug("store write failed: %s", exc)
 
-    def _parse(self, store: Store | DiskStore, key: CacheKey, data: bytes, kind: str) -> Page | None:
+    def _parse(
+        self, store: Store | DiskStore, key: CacheKey, data: bytes, kind: str, *, verify: bool = True
+    ) -> Page | None:
         try:
-            return Page.from_bytes(data)
+            return Page.from_bytes(data, verify=verify)
         except CorruptPage as exc:
             self.metrics.corrupt_pages += 1
             logger.warning("dropping corrupt cached page %s (%s): %s", key.target, key.digest, exc)

@@ -7,6 +7,8 @@ the body decompressed. ``If-None-Match`` (weak comparison, RFC 9110 13.1.2) wins
 
 from __future__ import annotations
 
+import functools
+from email.utils import formatdate
 from typing import Protocol
 
 from starlette.types import Send
@@ -22,13 +24,7 @@ class ConditionalHeaders(Protocol):
 
 async def serve_page(send: Send, page: Page, method: str, request: ConditionalHeaders, *, outcome: bytes) -> None:
     """Send ``page`` as the response, honouring encoding, validators and HEAD."""
-    headers = [
-        (b"etag", page.etag.encode()),
-        (b"last-modified", page.http_date.encode()),
-        (b"vary", b"Accept-Encoding"),
-        (b"x-crawlergate", outcome),
-    ]
-    headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in page.headers]
+    headers = [*_page_headers(page.etag, page.last_modified, page.headers), (b"x-crawlergate", outcome)]
     if page.status == 200 and _not_modified(page, request):
         await send({"type": "http.response.start", "status": 304, "headers": headers})
         await send({"type": "http.response.body", "body": b""})
@@ -38,7 +34,7 @@ async def serve_page(send: Send, page: Page, method: str, request: ConditionalHe
         headers.append((b"content-encoding", b"gzip"))
     else:
         body = page.body()
-    headers += [(b"content-type", page.content_type.encode("latin-1")), (b"content-length", str(len(body)).encode())]
+    headers += [(b"content-type", page.content_type.encode("latin-1")), (b"content-length", b"%d" % len(body))]
     await send({"type": "http.response.start", "status": page.status, "headers": headers})
     await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
 
@@ -59,6 +55,19 @@ async def simple_response(
     await send({"type": "http.response.body", "body": body})
 
 
+@functools.lru_cache(maxsize=4096)
+def _page_headers(
+    etag: str, last_modified: float, kept: tuple[tuple[str, str], ...]
+) -> tuple[tuple[bytes, bytes], ...]:
+    headers = [
+        (b"etag", etag.encode()),
+        (b"last-modified", formatdate(last_modified, usegmt=True).encode()),
+        (b"vary", b"Accept-Encoding"),
+    ]
+    return (*headers, *((name.encode("latin-1"), value.encode("latin-1")) for name, value in kept))
+
+
+@functools.lru_cache(maxsize=256)
 def accepts_gzip(accept_encoding: bytes) -> bool:
     """True unless the client leaves gzip out or refuses it with q=0."""
     for item in accept_encoding.lower().split(b","):

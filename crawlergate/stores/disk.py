@@ -68,6 +68,10 @@ class DiskStore:
     def __len__(self) -> int:
         return len(self._recency)
 
+    def contains(self, key: str) -> bool:
+        """Whether this process knows the page is on disk (its index; no system call)."""
+        return key in self._recency
+
     def path_for(self, key: str) -> Path:
         return self.root / key[0:2] / key[2:4] / (key + SUFFIX)
 

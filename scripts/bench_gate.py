@@ -1,0 +1,211 @@
+"""The gate under load: crawler L1 hits against a bare endpoint, and human pass-through overhead.
+
+Each case is a uvicorn server (same settings: one worker, httptools, uvloop) started in its own
+process on loopback, loaded by wrk (a C load generator, so the client does not limit the figures)
+with 32 connections. Pairs run alternately, `--rounds` times, and medians are reported:
+
+- bare:      a Starlette endpoint returning a 17 KB gzip page from memory
+- gate:      the same page served by CrawlerGateMiddleware as an L1 hit (embedded L1)
+- gate-mc:   the same, with L1 on a real memcached (needs the memcached binary)
+- site-2ms:  a page costing 2 ms of CPU, for humans, without the gate
+- gate-2ms:  the same site behind the gate (human pass-through)
+
+    python scripts/bench_gate.py [--seconds 10] [--rounds 3] [--connections 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
+WORDS = [
+    "forum",
+    "thread",
+    "reply",
+    "quote",
+    "member",
+    "posted",
+    "about",
+    "the",
+    "engine",
+    "crawler",
+    "cache",
+    "page",
+    "server",
+    "time",
+]
+
+
+def page_html(target_gzip_bytes: int = 17_000) -> bytes:
+    """A forum-like HTML page whose gzip size is close to the target (the paper's pages averaged ~14 KB gzip)."""
+    import gzip
+
+    rng = random.Random(7)
+    parts = ["<html><head><title>Thread</title></head><body>"]
+    while len(gzip.compress("".join(parts).encode(), mtime=0)) < target_gzip_bytes:
+        words = " ".join(rng.choice(WORDS) + str(rng.randrange(1000)) for _ in range(40))
+        parts.append(f'<div class="post" id="p{rng.randrange(10**6)}"><p>{words}</p></div>\n')
+    parts.append("</body></html>")
+    return "".join(parts).encode()
+
+
+def build_app(name: str, cache_dir: str, memcached: str):  # type: ignore[no-untyped-def]
+    import gzip
+
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from crawlergate import CrawlerGateMiddleware
+    from crawlergate.config import L1Settings, L2Settings, Settings
+
+    html = page_html()
+    compressed = gzip.compress(html, mtime=0)
+
+    async def bare(request):  # type: ignore[no-untyped-def]
+        return Response(compressed, media_type="text/html", headers={"content-encoding": "gzip"})
+
+    async def page(request):  # type: ignore[no-untyped-def]
+        return Response(html, media_type="text/html")
+
+    async def cpu_page(request):  # type: ignore[no-untyped-def]
+        deadline = time.perf_counter() + 0.002
+        while time.perf_counter() < deadline:
+            pass
+        return Response(b"<html><body>a 2 ms page</body></html>", media_type="text/html")
+
+    if name == "bare":
+        return Starlette(routes=[Route("/t/1", bare)])
+    if name == "site-2ms":
+        return Starlette(routes=[Route("/t/1", cpu_page)])
+    l1 = L1Settings(memcached=(memcached,)) if name == "gate-mc" else L1Settings()
+    settings = Settings(l1=l1, l2=L2Settings(cache_dir=cache_dir))
+    site = Starlette(routes=[Route("/t/1", cpu_page if name == "gate-2ms" else page)])
+    return CrawlerGateMiddleware(site, settings=settings)
+
+
+def serve(name: str, port: int, cache_dir: str, memcached: str) -> None:
+    import uvicorn
+
+    app = build_app(name, cache_dir, memcached)
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, log_level="warning", http="httptools", loop="uvloop", access_log=False
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(port: int) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"server on port {port} did not start")
+
+
+def run_wrk(port: int, user_agent: str, seconds: int, connections: int) -> dict[str, float]:
+    command = [
+        "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency",
+        "-H", f"User-Agent: {user_agent}", "-H", "Accept-Encoding: gzip", f"http://127.0.0.1:{port}/t/1",
+    ]  # fmt: skip
+    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
+    latency = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", output, re.MULTILINE))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    return {
+        "rps": rps,
+        "p50_ms": _to_ms(latency["50"]),
+        "p99_ms": _to_ms(latency["99"]),
+        "errors": float(errors.group(1)) if errors else 0.0,
+    }
+
+
+def _to_ms(text: str) -> float:
+    value, unit = re.fullmatch(r"([\d.]+)(\w+)", text).groups()  # type: ignore[union-attr]
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--cache-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--memcached", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.port, args.cache_dir, args.memcached)
+        return 0
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is needed: apt-get install -y wrk")
+
+    processes: list[subprocess.Popen[bytes]] = []
+    memcached = ""
+    cases = [("bare", GOOGLEBOT), ("gate", GOOGLEBOT), ("site-2ms", FIREFOX), ("gate-2ms", FIREFOX)]
+    if shutil.which("memcached"):
+        port = free_port()
+        memcached = f"127.0.0.1:{port}"
+        processes.append(subprocess.Popen(["memcached", "-l", "127.0.0.1", "-p", str(port), "-m", "64", "-u", "root"]))
+        wait_for(port)
+        cases.insert(2, ("gate-mc", GOOGLEBOT))
+    results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in cases}
+    try:
+        with tempfile.TemporaryDirectory() as cache_dir:
+            ports = {}
+            for name, _ in cases:
+                ports[name] = free_port()
+                command = [
+                    sys.executable, __file__, "--serve", name, "--port", str(ports[name]),
+                    "--cache-dir", str(Path(cache_dir) / name), "--memcached", memcached,
+                ]  # fmt: skip
+                processes.append(subprocess.Popen(command))
+            for name, user_agent in cases:
+                wait_for(ports[name])
+                run_wrk(ports[name], user_agent, 1, 4)  # warm: fills the cache, JITs nothing, opens pools
+            for round_number in range(args.rounds):
+                for name, user_agent in cases:
+                    results[name].append(run_wrk(ports[name], user_agent, args.seconds, args.connections))
+                print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=10)
+
+    print(f"\nwrk, {args.connections} connections, {args.seconds} s x {args.rounds} rounds, medians")
+    print(f"{'case':<12}{'requests/s':>14}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}")
+    median = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in results.items()}
+    for name, figures in median.items():
+        print(
+            f"{name:<12}{figures['rps']:>14,.0f}{figures['p50_ms']:>10.2f}{figures['p99_ms']:>10.2f}{figures['errors']:>10.0f}"
+        )
+    print()
+    print(f"crawler L1 hit vs bare endpoint: {median['gate']['rps'] / median['bare']['rps']:.1%} of throughput")
+    if "gate-mc" in median:
+        print(f"crawler L1 hit (memcached) vs bare: {median['gate-mc']['rps'] / median['bare']['rps']:.1%}")
+    print(f"human pass-through vs site: {median['gate-2ms']['rps'] / median['site-2ms']['rps']:.1%} of throughput, "
+          f"p50 {median['gate-2ms']['p50_ms'] - median['site-2ms']['p50_ms']:+.2f} ms")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
