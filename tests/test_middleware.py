@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +13,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from crawlergate.config import CacheSettings, L1Settings, L2Settings, Settings
+from crawlergate.cache import TwoLevelCache
+from crawlergate.config import CacheSettings, L1Settings, L2Settings, ServerSettings, Settings
+from crawlergate.metrics import Metrics
 from crawlergate.middleware import CrawlerGateMiddleware
+from crawlergate.stores.disk import DiskStore
+from crawlergate.stores.memcached import MemcachedStore
 from tests.conftest import MemcachedServer
 
 pytestmark = pytest.mark.anyio
@@ -84,17 +88,41 @@ def site() -> Site:
     return Site()
 
 
-def _gate(site: Site, tmp_path: Path, **sections: Any) -> CrawlerGateMiddleware:
-    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), **sections)
-    return CrawlerGateMiddleware(site.app(), settings=settings)
+@pytest.fixture(params=["memory", pytest.param("memcached", marks=pytest.mark.memcached)])
+def l1(request: pytest.FixtureRequest) -> Iterator[L1Settings]:
+    """Every gate test runs on both L1 backends: the embedded LRU and a real memcached."""
+    if request.param == "memory":
+        yield L1Settings()
+        return
+    server = MemcachedServer()
+    server.start()
+    yield L1Settings(memcached=(server.address,))
+    server.stop()
+
+
+@pytest.fixture
+def make_gate(site: Site, tmp_path: Path, l1: L1Settings) -> Iterator[Callable[..., CrawlerGateMiddleware]]:
+    gates: list[CrawlerGateMiddleware] = []
+
+    def make(**sections: Any) -> CrawlerGateMiddleware:
+        sections.setdefault("l1", l1)
+        settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), **sections)
+        gates.append(CrawlerGateMiddleware(site.app(), settings=settings))
+        return gates[-1]
+
+    yield make
+    for gate in gates:
+        gate.cache.close()
 
 
 def _client(gate: CrawlerGateMiddleware) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://forum.test")
 
 
-async def test_middleware_crawler_miss_then_l1_hit(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_crawler_miss_then_l1_hit(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate()
     async with _client(gate) as client:
         first = await client.get("/t/1", headers=GOOGLEBOT)
         second = await client.get("/t/1", headers=GOOGLEBOT)
@@ -107,8 +135,10 @@ async def test_middleware_crawler_miss_then_l1_hit(site: Site, tmp_path: Path) -
     assert len(site.seen) == 1
 
 
-async def test_middleware_l2_hit_is_promoted_to_l1(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_l2_hit_is_promoted_to_l1(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
         gate.cache.l1.delete(gate.keys.key_for(b"/t/1").digest)  # type: ignore[union-attr]
@@ -116,8 +146,10 @@ async def test_middleware_l2_hit_is_promoted_to_l1(site: Site, tmp_path: Path) -
     assert outcomes == ["l2-hit", "l1-hit"]
 
 
-async def test_middleware_identity_client_gets_decompressed_body(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_identity_client_gets_decompressed_body(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
         response = await client.get("/t/1", headers={**GOOGLEBOT, "accept-encoding": "identity"})
@@ -128,8 +160,10 @@ async def test_middleware_identity_client_gets_decompressed_body(site: Site, tmp
     assert "content-encoding" not in refused.headers
 
 
-async def test_middleware_gzip_bytes_are_served_as_stored(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_gzip_bytes_are_served_as_stored(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
         async with client.stream("GET", "/t/1", headers=GOOGLEBOT) as response:
@@ -146,8 +180,10 @@ async def test_middleware_gzip_bytes_are_served_as_stored(site: Site, tmp_path: 
         pytest.param("if-modified-since", "Mon, 01 Jan 2024 00:00:00 GMT", id="modified-since"),
     ],
 )
-async def test_middleware_conditional_get_gives_304(site: Site, tmp_path: Path, header: str, value: str | None) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_conditional_get_gives_304(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path, header: str, value: str | None
+) -> None:
+    gate = make_gate()
     async with _client(gate) as client:
         first = await client.get("/t/1", headers=GOOGLEBOT)
         response = await client.get("/t/1", headers={**GOOGLEBOT, header: value or first.headers["etag"]})
@@ -157,8 +193,10 @@ async def test_middleware_conditional_get_gives_304(site: Site, tmp_path: Path, 
     assert changed.status_code == 200
 
 
-async def test_middleware_head_has_no_body(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_head_has_no_body(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate()
     async with _client(gate) as client:
         miss = await client.head("/t/1", headers=GOOGLEBOT)
         hit = await client.head("/t/1", headers=GOOGLEBOT)
@@ -166,8 +204,10 @@ async def test_middleware_head_has_no_body(site: Site, tmp_path: Path) -> None:
     assert hit.content == b"" and int(hit.headers["content-length"]) > 0
 
 
-async def test_middleware_passes_humans_through_and_streams(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_passes_humans_through_and_streams(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate()
     async with _client(gate) as client:
         page = await client.get("/t/1", headers=FIREFOX)
         stream = await client.get("/stream", headers=FIREFOX)
@@ -186,17 +226,24 @@ async def test_middleware_passes_humans_through_and_streams(site: Site, tmp_path
     ],
 )
 async def test_middleware_passes_what_is_not_for_the_cache(
-    site: Site, tmp_path: Path, method: str, path: str, headers: dict[str, str]
+    make_gate: Callable[..., CrawlerGateMiddleware],
+    site: Site,
+    tmp_path: Path,
+    method: str,
+    path: str,
+    headers: dict[str, str],
 ) -> None:
-    gate = _gate(site, tmp_path)
+    gate = make_gate()
     async with _client(gate) as client:
         response = await client.request(method, path, headers=headers)
     assert response.headers["x-crawlergate"] == "pass"
     assert len(gate.cache.l2) == 0
 
 
-async def test_middleware_guest_fill_is_sanitised(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_guest_fill_is_sanitised(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate()
     headers = {**GOOGLEBOT, "x-forwarded-host": "evil.test", "x-forwarded-for": "6.6.6.6", "host": "evil.test"}
     async with _client(gate) as client:
         await client.get("/t/1?utm_source=poison&sid=1", headers=headers)
@@ -209,8 +256,10 @@ async def test_middleware_guest_fill_is_sanitised(site: Site, tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("path", ["/personal", "/members-only"])
-async def test_middleware_personal_responses_are_not_stored(site: Site, tmp_path: Path, path: str) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_personal_responses_are_not_stored(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path, path: str
+) -> None:
+    gate = make_gate()
     outcomes = []
     async with _client(gate) as client:
         for _ in range(2):
@@ -220,8 +269,10 @@ async def test_middleware_personal_responses_are_not_stored(site: Site, tmp_path
     assert len(gate.cache.l2) == 0
 
 
-async def test_middleware_redirect_is_stored_with_its_location(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_redirect_is_stored_with_its_location(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate()
     async with _client(gate) as client:
         await client.get("/old", headers=GOOGLEBOT)
         response = await client.get("/old", headers=GOOGLEBOT)
@@ -229,17 +280,21 @@ async def test_middleware_redirect_is_stored_with_its_location(site: Site, tmp_p
     assert response.headers["x-crawlergate"] == "l1-hit"
 
 
-async def test_middleware_fifty_concurrent_misses_make_one_origin_request(site: Site, tmp_path: Path) -> None:
+async def test_middleware_fifty_concurrent_misses_make_one_origin_request(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
     site.delay_s = 0.05
-    gate = _gate(site, tmp_path)
+    gate = make_gate()
     async with _client(gate) as client:
         responses = await asyncio.gather(*(client.get("/t/7", headers=GOOGLEBOT) for _ in range(50)))
     assert len(site.seen) == 1
     assert all(response.status_code == 200 and response.text == PAGE + "7" for response in responses)
 
 
-async def test_middleware_origin_down_serves_stale_from_l2(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path, cache=CacheSettings(ttl_seconds=0.001))
+async def test_middleware_origin_down_serves_stale_from_l2(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate(cache=CacheSettings(ttl_seconds=0.001))
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
         site.down = True
@@ -263,8 +318,10 @@ async def test_middleware_origin_unreachable_is_502_and_nothing_stored(tmp_path:
     assert len(gate.cache.l2) == 0
 
 
-async def test_middleware_human_view_prefetches_l2_copy_into_l1(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_human_view_prefetches_l2_copy_into_l1(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
         gate.cache.l1.delete(gate.keys.key_for(b"/t/1").digest)  # type: ignore[union-attr]
@@ -275,8 +332,10 @@ async def test_middleware_human_view_prefetches_l2_copy_into_l1(site: Site, tmp_
     assert gate.stats()["human"]["prefetches"] == 1
 
 
-async def test_middleware_corrupt_l2_page_is_never_served(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_corrupt_l2_page_is_never_served(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
         key = gate.keys.key_for(b"/t/1")
@@ -291,8 +350,10 @@ async def test_middleware_corrupt_l2_page_is_never_served(site: Site, tmp_path: 
     assert len(site.seen) == 2
 
 
-async def test_middleware_unwritable_l2_still_answers(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_unwritable_l2_still_answers(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate()
     gate.start()
     key = gate.keys.key_for(b"/t/1")
     assert key is not None
@@ -305,8 +366,10 @@ async def test_middleware_unwritable_l2_still_answers(site: Site, tmp_path: Path
     assert gate.stats()["crawler"]["store_errors"] >= 1
 
 
-async def test_middleware_huge_url_is_refused_cleanly(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_huge_url_is_refused_cleanly(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate()
     path = "/t/" + "a" * 100_000  # httpx refuses to send such a URL, so the ASGI call is made by hand
     scope = {
         "type": "http",
@@ -331,8 +394,10 @@ async def test_middleware_huge_url_is_refused_cleanly(site: Site, tmp_path: Path
 
 
 @pytest.mark.parametrize("path", ["/t/..%2f..%2f..%2fetc%2fpasswd", "/t/%00", "/../../etc/passwd"])
-async def test_middleware_path_tricks_stay_inside_the_cache(site: Site, tmp_path: Path, path: str) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_path_tricks_stay_inside_the_cache(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path, path: str
+) -> None:
+    gate = make_gate()
     async with _client(gate) as client:
         await client.get(path, headers=GOOGLEBOT)
     l2 = tmp_path / "l2"
@@ -341,8 +406,10 @@ async def test_middleware_path_tricks_stay_inside_the_cache(site: Site, tmp_path
         assert file.is_dir() or file.name.endswith(".page")
 
 
-async def test_middleware_stats_and_healthz(site: Site, tmp_path: Path) -> None:
-    gate = _gate(site, tmp_path)
+async def test_middleware_stats_and_healthz(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
+    gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
         await client.get("/t/1", headers=GOOGLEBOT)
@@ -355,10 +422,12 @@ async def test_middleware_stats_and_healthz(site: Site, tmp_path: Path) -> None:
     assert health.json() == {"status": "ok"}
 
 
-async def test_middleware_stats_refuse_remote_clients_without_token(site: Site, tmp_path: Path) -> None:
+async def test_middleware_stats_refuse_remote_clients_without_token(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+) -> None:
     from crawlergate.config import AdminSettings
 
-    gate = _gate(site, tmp_path, admin=AdminSettings(token="s3cret"))
+    gate = make_gate(admin=AdminSettings(token="s3cret"))
     transport = httpx.ASGITransport(app=gate, client=("203.0.113.5", 4000))
     async with httpx.AsyncClient(transport=transport, base_url="http://forum.test") as client:
         refused = await client.get("/_crawlergate/stats")
@@ -369,9 +438,9 @@ async def test_middleware_stats_refuse_remote_clients_without_token(site: Site, 
 
 @pytest.mark.memcached
 async def test_middleware_with_memcached_l1_survives_memcached_death(
-    site: Site, tmp_path: Path, memcached_server: MemcachedServer
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path, memcached_server: MemcachedServer
 ) -> None:
-    gate = _gate(site, tmp_path, l1=L1Settings(memcached=(memcached_server.address,), dead_retry_seconds=60))
+    gate = make_gate(l1=L1Settings(memcached=(memcached_server.address,), dead_retry_seconds=60))
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
         assert (await client.get("/t/1", headers=GOOGLEBOT)).headers["x-crawlergate"] == "l1-hit"
@@ -380,3 +449,50 @@ async def test_middleware_with_memcached_l1_survives_memcached_death(
     assert outcomes == ["l2-hit"] * 20
     assert len(site.seen) == 1
     gate.cache.close()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.memcached
+async def test_middleware_memcached_back_is_used_again(
+    site: Site, tmp_path: Path, memcached_server: MemcachedServer
+) -> None:
+    clock = FakeClock()
+    metrics = Metrics()
+    l1 = MemcachedStore([memcached_server.address], dead_retry_seconds=30, clock=clock)
+    cache = TwoLevelCache(l1, DiskStore(tmp_path / "l2", max_bytes=10**8), metrics)
+    gate = CrawlerGateMiddleware(site.app(), settings=Settings(), cache=cache)
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        memcached_server.stop()
+        during = (await client.get("/t/1", headers=GOOGLEBOT)).headers["x-crawlergate"]
+        memcached_server.start()
+        still_skipped = (await client.get("/t/1", headers=GOOGLEBOT)).headers["x-crawlergate"]
+        clock.now += 31
+        after = [(await client.get("/t/1", headers=GOOGLEBOT)).headers["x-crawlergate"] for _ in range(2)]
+    assert (during, still_skipped) == ("l2-hit", "l2-hit")
+    assert after == ["l2-hit", "l1-hit"]  # the first promotes into the new memcached, the second hits it
+    cache.close()
+
+
+async def test_middleware_host_poisoning_does_not_change_the_stored_page(tmp_path: Path) -> None:
+    async def echo_host(request: Request) -> Response:
+        return HTMLResponse(f"<p>links to {request.headers['host']} {request.url.query}</p>")
+
+    site = Starlette(routes=[Route("/t/{number}", echo_host)])
+    gate = CrawlerGateMiddleware(
+        site,
+        settings=Settings(l2=L2Settings(cache_dir=str(tmp_path)), server=ServerSettings(canonical_host="forum.test")),
+    )
+    poison = {**GOOGLEBOT, "host": "evil.test", "x-forwarded-host": "evil.test"}
+    async with _client(gate) as client:
+        first = await client.get("/t/1?utm_campaign=evil", headers=poison)
+        second = await client.get("/t/1", headers=GOOGLEBOT)
+    assert first.text == second.text == "<p>links to forum.test </p>"
+    assert second.headers["x-crawlergate"] == "l1-hit"
