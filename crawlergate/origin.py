@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import anyio
 import httpx
 
 from crawlergate import __version__
@@ -70,6 +71,7 @@ class OriginClient:
             follow_redirects=False,
         )
         self._max_bytes = max_bytes
+        self._timeout_s = timeout_s
         self._headers = {
             "user-agent": GUEST_USER_AGENT,
             "accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
@@ -78,6 +80,14 @@ class OriginClient:
 
     async def fetch_guest(self, target: str) -> OriginResponse:
         """GET ``target`` (a normalised path and query) as an anonymous guest."""
+        try:
+            # httpx enforces its timeouts on network transports only; an in-process app gets this deadline.
+            with anyio.fail_after(self._timeout_s):
+                return await self._fetch(target)
+        except TimeoutError as exc:
+            raise OriginTimeout(f"{target}: the origin did not answer within {self._timeout_s:g} s") from exc
+
+    async def _fetch(self, target: str) -> OriginResponse:
         try:
             async with self._client.stream("GET", target, headers=self._headers) as response:
                 chunks: list[bytes] = []

@@ -496,3 +496,18 @@ async def test_middleware_host_poisoning_does_not_change_the_stored_page(tmp_pat
         second = await client.get("/t/1", headers=GOOGLEBOT)
     assert first.text == second.text == "<p>links to forum.test </p>"
     assert second.headers["x-crawlergate"] == "l1-hit"
+
+
+async def test_middleware_origin_timeout_is_504_or_stale(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site
+) -> None:
+    gate = make_gate(cache=CacheSettings(fill_timeout_seconds=0.05, ttl_seconds=0.001))
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        site.delay_s = 1.0
+        await asyncio.sleep(0.01)
+        stale = await client.get("/t/1", headers=GOOGLEBOT)
+        timeout = await client.get("/t/2", headers=GOOGLEBOT)
+    assert stale.headers["x-crawlergate"] == "stale" and stale.text == PAGE + "1"
+    assert timeout.status_code == 504
+    assert gate.stats()["crawler"]["errors"] == 1
