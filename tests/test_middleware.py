@@ -119,9 +119,7 @@ def _client(gate: CrawlerGateMiddleware) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://forum.test")
 
 
-async def test_middleware_crawler_miss_then_l1_hit(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
-) -> None:
+async def test_middleware_crawler_miss_then_l1_hit(make_gate: Callable[..., CrawlerGateMiddleware], site: Site) -> None:
     gate = make_gate()
     async with _client(gate) as client:
         first = await client.get("/t/1", headers=GOOGLEBOT)
@@ -135,9 +133,7 @@ async def test_middleware_crawler_miss_then_l1_hit(
     assert len(site.seen) == 1
 
 
-async def test_middleware_l2_hit_is_promoted_to_l1(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
-) -> None:
+async def test_middleware_l2_hit_is_promoted_to_l1(make_gate: Callable[..., CrawlerGateMiddleware]) -> None:
     gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
@@ -147,7 +143,7 @@ async def test_middleware_l2_hit_is_promoted_to_l1(
 
 
 async def test_middleware_identity_client_gets_decompressed_body(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+    make_gate: Callable[..., CrawlerGateMiddleware],
 ) -> None:
     gate = make_gate()
     async with _client(gate) as client:
@@ -160,9 +156,7 @@ async def test_middleware_identity_client_gets_decompressed_body(
     assert "content-encoding" not in refused.headers
 
 
-async def test_middleware_gzip_bytes_are_served_as_stored(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
-) -> None:
+async def test_middleware_gzip_bytes_are_served_as_stored(make_gate: Callable[..., CrawlerGateMiddleware]) -> None:
     gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
@@ -181,7 +175,7 @@ async def test_middleware_gzip_bytes_are_served_as_stored(
     ],
 )
 async def test_middleware_conditional_get_gives_304(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path, header: str, value: str | None
+    make_gate: Callable[..., CrawlerGateMiddleware], header: str, value: str | None
 ) -> None:
     gate = make_gate()
     async with _client(gate) as client:
@@ -193,9 +187,7 @@ async def test_middleware_conditional_get_gives_304(
     assert changed.status_code == 200
 
 
-async def test_middleware_head_has_no_body(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
-) -> None:
+async def test_middleware_head_has_no_body(make_gate: Callable[..., CrawlerGateMiddleware]) -> None:
     gate = make_gate()
     async with _client(gate) as client:
         miss = await client.head("/t/1", headers=GOOGLEBOT)
@@ -204,9 +196,7 @@ async def test_middleware_head_has_no_body(
     assert hit.content == b"" and int(hit.headers["content-length"]) > 0
 
 
-async def test_middleware_passes_humans_through_and_streams(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
-) -> None:
+async def test_middleware_passes_humans_through_and_streams(make_gate: Callable[..., CrawlerGateMiddleware]) -> None:
     gate = make_gate()
     async with _client(gate) as client:
         page = await client.get("/t/1", headers=FIREFOX)
@@ -227,8 +217,6 @@ async def test_middleware_passes_humans_through_and_streams(
 )
 async def test_middleware_passes_what_is_not_for_the_cache(
     make_gate: Callable[..., CrawlerGateMiddleware],
-    site: Site,
-    tmp_path: Path,
     method: str,
     path: str,
     headers: dict[str, str],
@@ -240,9 +228,7 @@ async def test_middleware_passes_what_is_not_for_the_cache(
     assert len(gate.cache.l2) == 0
 
 
-async def test_middleware_guest_fill_is_sanitised(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
-) -> None:
+async def test_middleware_guest_fill_is_sanitised(make_gate: Callable[..., CrawlerGateMiddleware], site: Site) -> None:
     gate = make_gate()
     headers = {**GOOGLEBOT, "x-forwarded-host": "evil.test", "x-forwarded-for": "6.6.6.6", "host": "evil.test"}
     async with _client(gate) as client:
@@ -257,7 +243,7 @@ async def test_middleware_guest_fill_is_sanitised(
 
 @pytest.mark.parametrize("path", ["/personal", "/members-only"])
 async def test_middleware_personal_responses_are_not_stored(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path, path: str
+    make_gate: Callable[..., CrawlerGateMiddleware], path: str
 ) -> None:
     gate = make_gate()
     outcomes = []
@@ -269,9 +255,7 @@ async def test_middleware_personal_responses_are_not_stored(
     assert len(gate.cache.l2) == 0
 
 
-async def test_middleware_redirect_is_stored_with_its_location(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
-) -> None:
+async def test_middleware_redirect_is_stored_with_its_location(make_gate: Callable[..., CrawlerGateMiddleware]) -> None:
     gate = make_gate()
     async with _client(gate) as client:
         await client.get("/old", headers=GOOGLEBOT)
@@ -281,7 +265,7 @@ async def test_middleware_redirect_is_stored_with_its_location(
 
 
 async def test_middleware_fifty_concurrent_misses_make_one_origin_request(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site
 ) -> None:
     site.delay_s = 0.05
     gate = make_gate()
@@ -292,7 +276,7 @@ async def test_middleware_fifty_concurrent_misses_make_one_origin_request(
 
 
 async def test_middleware_origin_down_serves_stale_from_l2(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site
 ) -> None:
     gate = make_gate(cache=CacheSettings(ttl_seconds=0.001))
     async with _client(gate) as client:
@@ -319,7 +303,7 @@ async def test_middleware_origin_unreachable_is_502_and_nothing_stored(tmp_path:
 
 
 async def test_middleware_human_view_prefetches_l2_copy_into_l1(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+    make_gate: Callable[..., CrawlerGateMiddleware],
 ) -> None:
     gate = make_gate()
     async with _client(gate) as client:
@@ -333,7 +317,7 @@ async def test_middleware_human_view_prefetches_l2_copy_into_l1(
 
 
 async def test_middleware_corrupt_l2_page_is_never_served(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site
 ) -> None:
     gate = make_gate()
     async with _client(gate) as client:
@@ -351,7 +335,7 @@ async def test_middleware_corrupt_l2_page_is_never_served(
 
 
 async def test_middleware_unwritable_l2_still_answers(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+    make_gate: Callable[..., CrawlerGateMiddleware], tmp_path: Path
 ) -> None:
     gate = make_gate()
     gate.start()
@@ -367,7 +351,7 @@ async def test_middleware_unwritable_l2_still_answers(
 
 
 async def test_middleware_huge_url_is_refused_cleanly(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site
 ) -> None:
     gate = make_gate()
     path = "/t/" + "a" * 100_000  # httpx refuses to send such a URL, so the ASGI call is made by hand
@@ -395,7 +379,7 @@ async def test_middleware_huge_url_is_refused_cleanly(
 
 @pytest.mark.parametrize("path", ["/t/..%2f..%2f..%2fetc%2fpasswd", "/t/%00", "/../../etc/passwd"])
 async def test_middleware_path_tricks_stay_inside_the_cache(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path, path: str
+    make_gate: Callable[..., CrawlerGateMiddleware], tmp_path: Path, path: str
 ) -> None:
     gate = make_gate()
     async with _client(gate) as client:
@@ -406,9 +390,7 @@ async def test_middleware_path_tricks_stay_inside_the_cache(
         assert file.is_dir() or file.name.endswith(".page")
 
 
-async def test_middleware_stats_and_healthz(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
-) -> None:
+async def test_middleware_stats_and_healthz(make_gate: Callable[..., CrawlerGateMiddleware]) -> None:
     gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
@@ -423,7 +405,7 @@ async def test_middleware_stats_and_healthz(
 
 
 async def test_middleware_stats_refuse_remote_clients_without_token(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path
+    make_gate: Callable[..., CrawlerGateMiddleware],
 ) -> None:
     from crawlergate.config import AdminSettings
 
@@ -438,7 +420,7 @@ async def test_middleware_stats_refuse_remote_clients_without_token(
 
 @pytest.mark.memcached
 async def test_middleware_with_memcached_l1_survives_memcached_death(
-    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, tmp_path: Path, memcached_server: MemcachedServer
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site, memcached_server: MemcachedServer
 ) -> None:
     gate = make_gate(l1=L1Settings(memcached=(memcached_server.address,), dead_retry_seconds=60))
     async with _client(gate) as client:
