@@ -13,36 +13,22 @@ the stored copy is served as ``stale``. Every response carries ``X-Crawlergate``
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 
 import anyio
-import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crawlergate.admin import AdminEndpoints
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
+from crawlergate.core import Decision, GateCore, Route, origin_headers
 from crawlergate.errors import OriginError, OriginTimeout
-from crawlergate.keys import CacheKey, KeyMaker
-from crawlergate.metrics import Metrics
-from crawlergate.origin import OriginClient, OriginResponse, PageTooLarge
-from crawlergate.page import Page, parse_http_date
-from crawlergate.rules import load_cache_rules, resolve_rule_files
-from crawlergate.serve import serve_page, simple_response
-from crawlergate.stores.base import Store
-from crawlergate.stores.disk import DiskStore
-from crawlergate.stores.memcached import MemcachedStore
-from crawlergate.stores.memory import MemoryStore
-
-logger = logging.getLogger(__name__)
-
-# Statuses stored besides 200, each with its own lifetime (DESIGN.md, "Storable").
-_REDIRECTS = (301, 308)
-_GONE = (404, 410)
+from crawlergate.keys import CacheKey
+from crawlergate.origin import AsgiOrigin, OriginResponse, PageTooLarge
+from crawlergate.page import Page
+from crawlergate.serve import page_response, plain_response, send_response
 
 
 class CrawlerGateMiddleware:
@@ -53,7 +39,7 @@ class CrawlerGateMiddleware:
         settings: all configuration; ``Settings()`` works on a laptop.
         cache: a ready TwoLevelCache (tests, or several gates sharing one); built from settings if None.
         classifier: a ready Classifier; built from settings if None.
-        origin: how guest pages are fetched; an in-process call to ``app`` if None.
+        origin: where guest pages come from; ``app`` itself, called in-process, if None.
     """
 
     def __init__(
@@ -63,32 +49,27 @@ class CrawlerGateMiddleware:
         settings: Settings,
         cache: TwoLevelCache | None = None,
         classifier: Classifier | None = None,
-        origin: OriginClient | None = None,
+        origin: AsgiOrigin | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.app = app
+        self.core = GateCore(settings, cache=cache, classifier=classifier, clock=clock)
         self.settings = settings
-        self.metrics = cache.metrics if cache is not None else Metrics()
-        self.cache = cache if cache is not None else build_cache(settings, self.metrics)
-        self.classifier = classifier or Classifier.from_settings(settings.classify)
-        rules_path = resolve_rule_files(settings.classify.rules_dir, (settings.cache.rules_file,), ())[0]
-        self.keys = KeyMaker(load_cache_rules(rules_path), admin_prefix=settings.admin.prefix)
-        self.origin = origin or OriginClient(
-            httpx.ASGITransport(app=app, raise_app_exceptions=False),
+        self.cache = self.core.cache
+        self.keys = self.core.keys
+        self.metrics = self.core.metrics
+        self.origin = origin or AsgiOrigin(
+            app,
             canonical_host=settings.server.canonical_host or "localhost",
             timeout_s=settings.cache.fill_timeout_seconds,
             max_bytes=settings.l2.page_max_bytes,
         )
         self.admin = AdminEndpoints(prefix=settings.admin.prefix, token=settings.admin.token, stats=self.stats)
-        self._clock = clock
-        self._started = False
         self._background: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         """Prepare the stores (create the L2 directory); raises ConfigError when it is unusable."""
-        if not self._started:
-            self.cache.start()
-            self._started = True
+        self.core.start()
 
     async def drain(self) -> None:
         """Wait for background work (prefetches) to finish, e.g. before shutdown."""
@@ -96,19 +77,11 @@ class CrawlerGateMiddleware:
             await asyncio.gather(*list(self._background), return_exceptions=True)
 
     def stats(self) -> dict[str, object]:
-        data = self.metrics.snapshot()
-        data["l1"] = {"backend": type(self.cache.l1).__name__}
-        data["l2"] = {"pages": len(self.cache.l2), "bytes": self.cache.l2.used_bytes}
-        return data
+        return self.core.stats()
 
-    def mark_changed(self, url_or_pattern: str) -> int:
+    def mark_changed(self, url: str) -> int:
         """Drop a page from the cache so the next crawler request refetches it; returns pages dropped."""
-        raw_path, _, query = url_or_pattern.partition("?")
-        key = self.keys.key_for(raw_path.encode("utf-8", "surrogateescape"), query.encode("utf-8", "surrogateescape"))
-        if key is None:
-            return 0
-        self.cache.invalidate(key)
-        return 1
+        return self.core.mark_changed(url)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -117,80 +90,76 @@ class CrawlerGateMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if not self._started:
-            self.start()
         started = time.perf_counter()
-        path: str = scope["path"]
-        prefix = self.settings.admin.prefix
-        if path == prefix or path.startswith(prefix + "/"):
-            await self.admin(scope, receive, send)
-            return
-
-        raw_path: bytes = scope.get("raw_path") or path.encode("utf-8")
-        query: bytes = scope.get("query_string", b"")
-        if len(raw_path) + len(query) > self.settings.cache.max_target_chars:
-            await simple_response(send, 414, b"URI Too Long\n", outcome=b"pass")
-            self.metrics.record("human", "pass", _ms_since(started))
-            return
-
-        request = _RequestHeaders(scope["headers"])
-        verdict = self.classifier.classify_request(
-            request.user_agent, cookie=request.cookie, authorization=request.authorization
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+        decision = self.core.decide(
+            scope["method"], scope["path"], raw_path, scope.get("query_string", b""), scope["headers"]
         )
-        method = scope["method"]
-        key = self.keys.key_for(raw_path, query) if method in ("GET", "HEAD") else None
-        if not verdict.is_crawler or key is None:
-            status = await self._pass(scope, receive, send, verdict.kind, started)
-            # Only pages L2 holds can be prefetched; the index answers without touching the disk.
-            if key is not None and status == 200 and not verdict.is_crawler and self.cache.l2.contains(key.digest):
-                self._in_background(self._prefetch(key))
-            return
-        await self._serve_crawler(scope, receive, send, key, request, started)
+        route = decision.route
+        if route is Route.CRAWLER:
+            await self._serve_crawler(scope, receive, send, decision, started)
+        elif route is Route.PASS:
+            status = await self._pass(scope, receive, send, decision.kind, started)
+            if decision.key is not None and self.core.should_prefetch(decision, status):
+                self._in_background(self._prefetch(decision.key))
+        elif route is Route.ADMIN:
+            await self.admin(scope, receive, send)
+        else:
+            await send_response(send, plain_response(414, b"URI Too Long\n", outcome=b"pass"))
+            self.metrics.record("human", "pass", _ms_since(started))
 
     async def _serve_crawler(
-        self, scope: Scope, receive: Receive, send: Send, key: CacheKey, request: _RequestHeaders, started: float
+        self, scope: Scope, receive: Receive, send: Send, decision: Decision, started: float
     ) -> None:
-        method = scope["method"]
+        key = decision.key
+        assert key is not None
+        method: str = scope["method"]
+        request = decision.headers
         # L1 is called inline: the embedded store answers in microseconds, and memcached is bounded by
         # its 50 ms socket timeout and the dead-server back-off. Worker threads measured slower for
         # memcached too (3,000 vs 5,000 hits/s, scripts/bench_gate.py): pymemcache spends ~100 µs of
         # Python per 17 KB get, which threads cannot overlap under the GIL. L2 reads the disk: a thread.
         found = self.cache.lookup_l1(key) or await anyio.to_thread.run_sync(self.cache.lookup_l2, key)
-        if found is not None and not found.page.is_expired(self._clock()):
-            await serve_page(send, found.page, method, request, outcome=f"{found.level}-hit".encode())
+        if found is not None and self.core.is_fresh(found.page):
+            await send_response(
+                send, page_response(found.page, method, request, outcome=b"%s-hit" % found.level.encode())
+            )
             self.metrics.record("crawler", f"{found.level}-hit", _ms_since(started))
             return
         stale = found.page if found is not None else None
         try:
             result = await self.cache.single_flight(key, lambda: self._fill(key))
         except PageTooLarge:
-            result = None
+            # Too large to store: the crawler gets the live site, as a human would.
+            await self._pass(scope, receive, send, "crawler", started)
+            return
         except OriginError as exc:
-            stale = stale or await anyio.to_thread.run_sync(self.cache.stale_copy, key)
-            if stale is not None:
-                await serve_page(send, stale, method, request, outcome=b"stale")
-                self.metrics.record("crawler", "stale", _ms_since(started))
+            if await self._serve_stale(send, key, stale, method, decision, started):
                 return
             status = 504 if isinstance(exc, OriginTimeout) else 502
-            await simple_response(send, status, b"The site did not answer.\n", outcome=b"miss")
+            await send_response(send, plain_response(status, b"The site did not answer.\n", outcome=b"miss"))
             self.metrics.record("crawler", "error", _ms_since(started))
             return
         if isinstance(result, Page):
-            await serve_page(send, result, method, request, outcome=b"miss")
+            await send_response(send, page_response(result, method, request, outcome=b"miss"))
             self.metrics.record("crawler", "miss", _ms_since(started))
             return
-        if isinstance(result, OriginResponse) and result.status >= 500:
-            stale = stale or await anyio.to_thread.run_sync(self.cache.stale_copy, key)
-            if stale is not None:
-                await serve_page(send, stale, method, request, outcome=b"stale")
-                self.metrics.record("crawler", "stale", _ms_since(started))
-                return
-        if isinstance(result, OriginResponse):
-            await _send_origin_response(send, result, method)
-            self.metrics.record("crawler", "miss", _ms_since(started))
+        assert isinstance(result, OriginResponse)
+        if result.status >= 500 and await self._serve_stale(send, key, stale, method, decision, started):
             return
-        # Too large to store: the crawler gets the live site, as a human would.
-        await self._pass(scope, receive, send, "crawler", started)
+        await send_response(send, (result.status, origin_headers(result), b"" if method == "HEAD" else result.body))
+        self.metrics.record("crawler", "miss", _ms_since(started))
+
+    async def _serve_stale(
+        self, send: Send, key: CacheKey, stale: Page | None, method: str, decision: Decision, started: float
+    ) -> bool:
+        """Stale beats down: serve the stored copy, whatever its age, when the site fails."""
+        stale = stale or await anyio.to_thread.run_sync(self.cache.stale_copy, key)
+        if stale is None:
+            return False
+        await send_response(send, page_response(stale, method, decision.headers, outcome=b"stale"))
+        self.metrics.record("crawler", "stale", _ms_since(started))
+        return True
 
     async def _fill(self, key: CacheKey) -> Page | OriginResponse:
         """One guest sub-request; the stored Page when storable, else the response as it came."""
@@ -200,45 +169,13 @@ class CrawlerGateMiddleware:
         except OriginError:
             self.metrics.origin_errors += 1
             raise
-        page = self._storable_page(response)
+        page = self.core.storable_page(response)
         if page is None:
             if response.status >= 500:
                 self.metrics.origin_errors += 1
             return response
         await anyio.to_thread.run_sync(self.cache.store, key, page)
         return page
-
-    def _storable_page(self, response: OriginResponse) -> Page | None:
-        cache = self.settings.cache
-        if response.status == 200:
-            ttl = cache.ttl_seconds
-        elif response.status in _REDIRECTS:
-            ttl = cache.redirect_ttl_seconds
-        elif response.status in _GONE:
-            ttl = cache.not_found_ttl_seconds
-        else:
-            return None
-        if response.header("set-cookie") is not None:
-            return None
-        control = ",".join(response.all("cache-control")).lower()
-        if "private" in control or "no-store" in control:
-            return None
-        if response.status == 200 and not response.body:
-            return None
-        length = response.header("content-length")
-        if length is not None and length.isdigit() and int(length) != len(response.body):
-            return None
-        kept = tuple((name, value) for name, value in response.headers if name == "location")
-        last_modified = response.header("last-modified")
-        return Page.from_response(
-            response.status,
-            response.body,
-            content_type=response.header("content-type") or "application/octet-stream",
-            generated_at=self._clock(),
-            ttl_seconds=ttl,
-            last_modified=parse_http_date(last_modified) if last_modified else None,
-            headers=kept,
-        )
 
     async def _pass(self, scope: Scope, receive: Receive, send: Send, kind: str, started: float) -> int:
         status = 0
@@ -272,67 +209,10 @@ class CrawlerGateMiddleware:
                 self.start()
             elif message["type"] == "lifespan.shutdown":
                 await self.drain()
-                await self.origin.aclose()
-                self.cache.close()
+                self.core.close()
             return message
 
         return wrapped
-
-
-def build_cache(settings: Settings, metrics: Metrics) -> TwoLevelCache:
-    """L1 and L2 as the settings say: memcached when servers are given, else the embedded LRU."""
-    l1: Store
-    if settings.l1.memcached:
-        l1 = MemcachedStore(
-            settings.l1.memcached,
-            connect_timeout_s=settings.l1.connect_timeout_ms / 1000,
-            timeout_s=settings.l1.timeout_ms / 1000,
-            dead_retry_seconds=settings.l1.dead_retry_seconds,
-            item_max_bytes=settings.l1.item_max_bytes,
-        )
-    else:
-        l1 = MemoryStore(settings.l1.max_bytes, item_max_bytes=settings.l1.item_max_bytes)
-    l2 = DiskStore(Path(settings.cache_dir), max_bytes=settings.l2.max_bytes, page_max_bytes=settings.l2.page_max_bytes)
-    return TwoLevelCache(l1, l2, metrics)
-
-
-class _RequestHeaders:
-    """The request headers the gate looks at, read in one pass."""
-
-    __slots__ = ("user_agent", "cookie", "authorization", "accept_encoding", "if_none_match", "if_modified_since")
-
-    def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
-        self.user_agent = b""
-        self.cookie = b""
-        self.authorization = False
-        self.accept_encoding = b""
-        self.if_none_match = b""
-        self.if_modified_since = b""
-        for name, value in headers:
-            if name == b"user-agent":
-                self.user_agent = value
-            elif name == b"cookie":
-                self.cookie = self.cookie + b"; " + value if self.cookie else value
-            elif name == b"authorization":
-                self.authorization = True
-            elif name == b"accept-encoding":
-                self.accept_encoding = value
-            elif name == b"if-none-match":
-                self.if_none_match = value
-            elif name == b"if-modified-since":
-                self.if_modified_since = value
-
-
-async def _send_origin_response(send: Send, response: OriginResponse, method: str) -> None:
-    headers = [
-        (name.encode("latin-1"), value.encode("latin-1"))
-        for name, value in response.headers
-        if name not in ("content-length", "transfer-encoding", "connection", "content-encoding")
-    ]
-    body = b"" if method == "HEAD" else response.body
-    headers += [(b"content-length", str(len(response.body)).encode()), (b"x-crawlergate", b"miss")]
-    await send({"type": "http.response.start", "status": response.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 def _ms_since(started: float) -> float:

@@ -1,4 +1,4 @@
-"""Answering from a stored page: gzip or identity, conditional GET, HEAD.
+"""Answering from a stored page: gzip or identity, conditional GET, HEAD; as plain (status, headers, body).
 
 The stored gzip bytes go out as they are to clients that accept gzip (crawlers do); others get
 the body decompressed. ``If-None-Match`` (weak comparison, RFC 9110 13.1.2) wins over
@@ -22,35 +22,39 @@ class ConditionalHeaders(Protocol):
     if_modified_since: bytes
 
 
-async def serve_page(send: Send, page: Page, method: str, request: ConditionalHeaders, *, outcome: bytes) -> None:
-    """Send ``page`` as the response, honouring encoding, validators and HEAD."""
+Response = tuple[int, list[tuple[bytes, bytes]], bytes]
+
+
+def page_response(page: Page, method: str, request: ConditionalHeaders, *, outcome: bytes) -> Response:
+    """Status, headers and body answering with ``page``, honouring encoding, validators and HEAD."""
     headers = [*_page_headers(page.etag, page.last_modified, page.headers), (b"x-crawlergate", outcome)]
     if page.status == 200 and _not_modified(page, request):
-        await send({"type": "http.response.start", "status": 304, "headers": headers})
-        await send({"type": "http.response.body", "body": b""})
-        return
+        return 304, headers, b""
     if accepts_gzip(request.accept_encoding):
         body = page.body_gz
         headers.append((b"content-encoding", b"gzip"))
     else:
         body = page.body()
     headers += [(b"content-type", page.content_type.encode("latin-1")), (b"content-length", b"%d" % len(body))]
-    await send({"type": "http.response.start", "status": page.status, "headers": headers})
-    await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+    return page.status, headers, b"" if method == "HEAD" else body
 
 
-async def simple_response(
-    send: Send, status: int, body: bytes, *, outcome: bytes, retry_after: bytes | None = None
-) -> None:
+def plain_response(status: int, body: bytes, *, outcome: bytes, retry_after: bytes | None = None) -> Response:
     """A short plain-text answer of the gate's own (errors, refusals); never cached."""
     headers = [
         (b"content-type", b"text/plain; charset=utf-8"),
-        (b"content-length", str(len(body)).encode()),
+        (b"content-length", b"%d" % len(body)),
         (b"cache-control", b"no-store"),
         (b"x-crawlergate", outcome),
     ]
     if retry_after is not None:
         headers.append((b"retry-after", retry_after))
+    return status, headers, body
+
+
+async def send_response(send: Send, response: Response) -> None:
+    """Send a whole response over ASGI."""
+    status, headers, body = response
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
