@@ -12,6 +12,7 @@ fresh; may a response be stored and for how long.
 from __future__ import annotations
 
 import enum
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -20,11 +21,13 @@ from pathlib import Path
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
+from crawlergate.errors import OriginError, OriginTimeout
 from crawlergate.keys import CacheKey, KeyMaker
 from crawlergate.metrics import Metrics
-from crawlergate.origin import OriginResponse
+from crawlergate.origin import OriginResponse, PageTooLarge
 from crawlergate.page import Page, parse_http_date
 from crawlergate.rules import load_cache_rules, resolve_rule_files
+from crawlergate.serve import Response, page_response, plain_response
 from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.memcached import MemcachedStore
@@ -112,12 +115,14 @@ class GateCore:
         self.clock = clock
         self._admin_prefix = settings.admin.prefix
         self._started = False
+        self._start_lock = threading.Lock()
 
     def start(self) -> None:
         """Prepare the stores (create the L2 directory); raises ConfigError when it is unusable."""
-        if not self._started:
-            self.cache.start()
-            self._started = True
+        with self._start_lock:
+            if not self._started:
+                self.cache.start()
+                self._started = True
 
     def close(self) -> None:
         self.cache.close()
@@ -127,7 +132,7 @@ class GateCore:
     ) -> Decision:
         """Route one request: admin, too long, pass through, or a crawler's cacheable page."""
         if not self._started:
-            self.start()
+            self.start()  # first request of an app that ran no lifespan
         request = RequestHeaders(headers)
         if path == self._admin_prefix or path.startswith(self._admin_prefix + "/"):
             return Decision(Route.ADMIN, HUMAN, None, request)
@@ -201,6 +206,32 @@ class GateCore:
             return 0
         self.cache.invalidate(key)
         return 1
+
+    def after_fill(
+        self,
+        key: CacheKey,
+        result: Page | OriginResponse | None,
+        error: OriginError | None,
+        stale: Page | None,
+        method: str,
+        request: RequestHeaders,
+    ) -> tuple[Response | None, str]:
+        """The crawler's answer once a fill is over, and its outcome; (None, "pass") means: ask the site live.
+
+        Stale beats down: when the site failed, an L2 copy of any age is served.
+        """
+        if isinstance(error, PageTooLarge):
+            return None, "pass"
+        if isinstance(result, Page):
+            return page_response(result, method, request, outcome=b"miss"), "miss"
+        if error is not None or (result is not None and result.status >= 500):
+            stale = stale or self.cache.stale_copy(key)
+            if stale is not None:
+                return page_response(stale, method, request, outcome=b"stale"), "stale"
+        if result is not None:
+            return (result.status, origin_headers(result), b"" if method == "HEAD" else result.body), "miss"
+        status = 504 if isinstance(error, OriginTimeout) else 502
+        return plain_response(status, b"The site did not answer.\n", outcome=b"miss"), "error"
 
 
 def build_cache(settings: Settings, metrics: Metrics) -> TwoLevelCache:

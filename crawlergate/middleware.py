@@ -23,12 +23,12 @@ from crawlergate.admin import AdminEndpoints
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
-from crawlergate.core import Decision, GateCore, Route, origin_headers
-from crawlergate.errors import OriginError, OriginTimeout
+from crawlergate.core import Decision, GateCore, Route
+from crawlergate.errors import OriginError
 from crawlergate.keys import CacheKey
-from crawlergate.origin import AsgiOrigin, OriginResponse, PageTooLarge
+from crawlergate.origin import AsgiOrigin, OriginResponse
 from crawlergate.page import Page
-from crawlergate.serve import page_response, plain_response, send_response
+from crawlergate.serve import Response, page_response, plain_response, send_response
 
 
 class CrawlerGateMiddleware:
@@ -127,39 +127,25 @@ class CrawlerGateMiddleware:
             self.metrics.record("crawler", f"{found.level}-hit", _ms_since(started))
             return
         stale = found.page if found is not None else None
+        result: Page | OriginResponse | None = None
+        error: OriginError | None = None
         try:
-            result = await self.cache.single_flight(key, lambda: self._fill(key))
-        except PageTooLarge:
-            # Too large to store: the crawler gets the live site, as a human would.
+            result = await self.cache.single_flight(key, lambda: self._fill(key))  # type: ignore[assignment]
+        except OriginError as exc:
+            error = exc
+        response: Response | None
+        if isinstance(result, Page):
+            response, outcome = page_response(result, method, request, outcome=b"miss"), "miss"
+        else:
+            # The rare paths (errors, unstorable answers) may read L2 for a stale copy: a worker thread.
+            response, outcome = await anyio.to_thread.run_sync(
+                self.core.after_fill, key, result, error, stale, method, request
+            )
+        if response is None:
             await self._pass(scope, receive, send, "crawler", started)
             return
-        except OriginError as exc:
-            if await self._serve_stale(send, key, stale, method, decision, started):
-                return
-            status = 504 if isinstance(exc, OriginTimeout) else 502
-            await send_response(send, plain_response(status, b"The site did not answer.\n", outcome=b"miss"))
-            self.metrics.record("crawler", "error", _ms_since(started))
-            return
-        if isinstance(result, Page):
-            await send_response(send, page_response(result, method, request, outcome=b"miss"))
-            self.metrics.record("crawler", "miss", _ms_since(started))
-            return
-        assert isinstance(result, OriginResponse)
-        if result.status >= 500 and await self._serve_stale(send, key, stale, method, decision, started):
-            return
-        await send_response(send, (result.status, origin_headers(result), b"" if method == "HEAD" else result.body))
-        self.metrics.record("crawler", "miss", _ms_since(started))
-
-    async def _serve_stale(
-        self, send: Send, key: CacheKey, stale: Page | None, method: str, decision: Decision, started: float
-    ) -> bool:
-        """Stale beats down: serve the stored copy, whatever its age, when the site fails."""
-        stale = stale or await anyio.to_thread.run_sync(self.cache.stale_copy, key)
-        if stale is None:
-            return False
-        await send_response(send, page_response(stale, method, decision.headers, outcome=b"stale"))
-        self.metrics.record("crawler", "stale", _ms_since(started))
-        return True
+        await send_response(send, response)
+        self.metrics.record("crawler", outcome, _ms_since(started))
 
     async def _fill(self, key: CacheKey) -> Page | OriginResponse:
         """One guest sub-request; the stored Page when storable, else the response as it came."""

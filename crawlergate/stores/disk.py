@@ -42,7 +42,7 @@ class DiskStore:
         """Create the directory, drop temporary files a crash left behind, and index the pages."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            probe = self.root / f"{_TEMP_PREFIX}probe-{os.getpid()}"
+            probe = self.root / f"{_TEMP_PREFIX}probe-{os.getpid()}-{threading.get_ident()}"
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:

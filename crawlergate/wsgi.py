@@ -1,0 +1,258 @@
+"""CrawlerGateWSGI: the gate for WSGI sites (Flask, Django under gunicorn or uWSGI); synchronous.
+
+The same decisions, headers and stores as the ASGI middleware, through the same GateCore. Guest
+pages come from calling the wrapped WSGI app in-process; concurrent misses for one key share one
+call (threads wait on the leader). A human's page view prefetches after the response is closed,
+in a small background pool, so it never delays the person.
+
+    application = CrawlerGateWSGI(django_application, settings=load_settings())
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from crawlergate.admin import AdminEndpoints
+from crawlergate.cache import TwoLevelCache
+from crawlergate.classify import Classifier
+from crawlergate.config import Settings
+from crawlergate.core import Decision, GateCore, Route
+from crawlergate.errors import OriginError, OriginTimeout
+from crawlergate.keys import CacheKey
+from crawlergate.origin import OriginResponse, WsgiOrigin
+from crawlergate.page import Page
+from crawlergate.serve import Response, page_response, plain_response
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+# Prefetches are small (a touch, maybe a file read and an add): two threads keep up with a busy site.
+PREFETCH_THREADS = 2
+_PATH_SAFE = "/:@!$&'()*+,;=~"
+
+
+class _Flight:
+    """One in-progress fill that other threads wait for."""
+
+    __slots__ = ("done", "result", "error")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: Page | OriginResponse | None = None
+        self.error: OriginError | None = None
+
+
+class CrawlerGateWSGI:
+    """Wrap a WSGI app so crawlers are served from the two-level cache.
+
+    Parameters:
+        app: the WSGI site.
+        settings: all configuration; ``Settings()`` works on a laptop.
+        cache: a ready TwoLevelCache; built from settings if None.
+        classifier: a ready Classifier; built from settings if None.
+    """
+
+    def __init__(
+        self,
+        app: WSGIApplication,
+        *,
+        settings: Settings,
+        cache: TwoLevelCache | None = None,
+        classifier: Classifier | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.app = app
+        self.core = GateCore(settings, cache=cache, classifier=classifier, clock=clock)
+        self.settings = settings
+        self.cache = self.core.cache
+        self.metrics = self.core.metrics
+        self.origin = WsgiOrigin(
+            app, canonical_host=settings.server.canonical_host or "localhost", max_bytes=settings.l2.page_max_bytes
+        )
+        self.admin = AdminEndpoints(prefix=settings.admin.prefix, token=settings.admin.token, stats=self.core.stats)
+        self._fills: dict[str, _Flight] = {}
+        self._fills_lock = threading.Lock()
+        self._prefetcher = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="crawlergate-prefetch")
+        self._pending: set[Future[bool]] = set()
+
+    def start(self) -> None:
+        self.core.start()
+
+    def drain(self) -> None:
+        """Wait for the prefetches queued so far."""
+        for future in list(self._pending):
+            future.result()
+
+    def close(self) -> None:
+        """Finish queued prefetches and release the stores."""
+        self._prefetcher.shutdown(wait=True)
+        self.core.close()
+
+    def mark_changed(self, url: str) -> int:
+        return self.core.mark_changed(url)
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        started = time.perf_counter()
+        method = environ.get("REQUEST_METHOD", "GET")
+        raw_path, query = _raw_target(environ)
+        headers = _request_headers(environ)
+        decision = self.core.decide(method, environ.get("PATH_INFO", "/") or "/", raw_path, query, headers)
+        if decision.route is Route.CRAWLER:
+            return self._serve_crawler(environ, start_response, decision, started)
+        if decision.route is Route.PASS:
+            return self._pass(environ, start_response, decision, started)
+        if decision.route is Route.ADMIN:
+            response = self.admin.respond(environ.get("PATH_INFO", ""), method, environ.get("REMOTE_ADDR"), headers)
+            return _respond(start_response, response)
+        self.metrics.record("human", "pass", _ms_since(started))
+        return _respond(start_response, plain_response(414, b"URI Too Long\n", outcome=b"pass"))
+
+    def _serve_crawler(
+        self, environ: WSGIEnvironment, start_response: StartResponse, decision: Decision, started: float
+    ) -> Iterable[bytes]:
+        key = decision.key
+        assert key is not None
+        method = environ["REQUEST_METHOD"]
+        found = self.cache.lookup(key)
+        if found is not None and self.core.is_fresh(found.page):
+            self.metrics.record("crawler", f"{found.level}-hit", _ms_since(started))
+            served = page_response(found.page, method, decision.headers, outcome=b"%s-hit" % found.level.encode())
+            return _respond(start_response, served)
+        flight = self._single_flight(key)
+        response, outcome = self.core.after_fill(
+            key, flight.result, flight.error, found.page if found else None, method, decision.headers
+        )
+        if response is None:
+            return self._pass(environ, start_response, decision, started)
+        self.metrics.record("crawler", outcome, _ms_since(started))
+        return _respond(start_response, response)
+
+    def _single_flight(self, key: CacheKey) -> _Flight:
+        with self._fills_lock:
+            flight = self._fills.get(key.digest)
+            leader = flight is None
+            if flight is None:
+                flight = self._fills[key.digest] = _Flight()
+        if not leader:
+            if not flight.done.wait(self.settings.cache.fill_timeout_seconds):
+                waiting = _Flight()
+                waiting.error = OriginTimeout(f"{key.target}: still being fetched by another request")
+                return waiting
+            return flight
+        try:
+            flight.result = self._fill(key)
+        except OriginError as exc:
+            flight.error = exc
+        finally:
+            with self._fills_lock:
+                del self._fills[key.digest]
+            flight.done.set()
+        return flight
+
+    def _fill(self, key: CacheKey) -> Page | OriginResponse:
+        self.metrics.origin_fetches += 1
+        try:
+            response = self.origin.fetch_guest(key.target)
+        except OriginError:
+            self.metrics.origin_errors += 1
+            raise
+        page = self.core.storable_page(response)
+        if page is None:
+            if response.status >= 500:
+                self.metrics.origin_errors += 1
+            return response
+        self.cache.store(key, page)
+        return page
+
+    def _pass(
+        self, environ: WSGIEnvironment, start_response: StartResponse, decision: Decision, started: float
+    ) -> Iterable[bytes]:
+        status_code = 0
+
+        def start_marked(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Callable[[bytes], object]:
+            nonlocal status_code
+            status_code = int(status.split(" ", 1)[0])
+            return start_response(status, [*headers, ("X-Crawlergate", "pass")], exc_info)
+
+        body = self.app(environ, start_marked)
+
+        def after_close() -> None:
+            if decision.key is not None and self.core.should_prefetch(decision, status_code):
+                future = self._prefetcher.submit(self.cache.prefetch, decision.key)
+                self._pending.add(future)
+                future.add_done_callback(self._pending.discard)
+
+        return _Measured(body, lambda: self.metrics.record(decision.kind, "pass", _ms_since(started)), after_close)
+
+
+class _Measured:
+    """Wraps a WSGI body: counts the first chunk's time, and runs a callback once the server closes it."""
+
+    def __init__(self, body: Iterable[bytes], on_first: Callable[[], None], on_close: Callable[[], None]) -> None:
+        self._body = body
+        self._on_first = on_first
+        self._on_close = on_close
+
+    def __iter__(self) -> Iterator[bytes]:
+        first = True
+        for chunk in self._body:
+            if first:
+                first = False
+                self._on_first()
+            yield chunk
+        if first:
+            self._on_first()
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._on_close()
+
+
+def _respond(start_response: StartResponse, response: Response) -> list[bytes]:
+    status, headers, body = response
+    try:
+        reason = HTTPStatus(status).phrase
+    except ValueError:
+        reason = "Unknown"
+    start_response(
+        f"{status} {reason}",
+        [(name.decode("latin-1"), value.decode("latin-1")) for name, value in headers],
+    )
+    return [body]
+
+
+def _raw_target(environ: WSGIEnvironment) -> tuple[bytes, bytes]:
+    """The request target as sent: gunicorn's RAW_URI or uWSGI's REQUEST_URI, else rebuilt from PATH_INFO."""
+    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    if raw:
+        path, _, query = raw.encode("latin-1").partition(b"?")
+        if path.startswith(b"/"):
+            return path, query
+    path_info = environ.get("SCRIPT_NAME", "") + (environ.get("PATH_INFO", "") or "/")
+    return quote(path_info.encode("latin-1"), safe=_PATH_SAFE).encode(), environ.get("QUERY_STRING", "").encode(
+        "latin-1"
+    )
+
+
+def _request_headers(environ: WSGIEnvironment) -> list[tuple[bytes, bytes]]:
+    headers = []
+    for name, value in environ.items():
+        if name.startswith("HTTP_"):
+            headers.append((name[5:].replace("_", "-").lower().encode("latin-1"), str(value).encode("latin-1")))
+    return headers
+
+
+def _ms_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
