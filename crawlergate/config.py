@@ -10,6 +10,7 @@ on a laptop, so ``Settings()`` is a valid configuration.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 import tomllib
@@ -22,6 +23,8 @@ from typing import Any
 from crawlergate.errors import ConfigError
 
 ENV_PREFIX = "CRAWLERGATE_"
+# The config file's path, when no --config is given (how `serve --workers N` hands it to its workers).
+CONFIG_PATH_VARIABLE = "CRAWLERGATE_CONFIG"
 
 # Session cookies of the common frameworks (PHP, Java servlets, Django, Rails, Laravel, Express,
 # ASP.NET, WordPress, phpBB, vBulletin, Discourse); a trailing * matches a name prefix.
@@ -51,11 +54,18 @@ class ServerSettings:
     workers: int = 1
     # Empty: the gate is mounted inside the site, there is no separate origin.
     origin: str = ""
-    # Host header of guest sub-requests; empty means the origin's own host.
+    # Host header of guest sub-requests; empty means "localhost".
     canonical_host: str = ""
+    # Clients whose X-Forwarded-* headers the proxy believes (addresses or networks): a front nginx.
+    trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")
 
     def __post_init__(self) -> None:
         _require(0 < self.port < 65536, "server.port", self.port, "Must be a port number from 1 to 65535.")
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                _fail("server.trusted_proxies", proxy, "Each entry must be an IP address or network, e.g. 10.0.0.0/8.")
         _require(self.workers >= 1, "server.workers", self.workers, "Must be a positive integer.")
         if self.origin and not re.match(r"^https?://[^/\s]+", self.origin):
             _fail("server.origin", self.origin, "Must be an http:// or https:// URL, e.g. http://127.0.0.1:8000.")
@@ -184,6 +194,8 @@ def load_settings(
     The later source wins. Raises ConfigError with a sentence naming the key and the value.
     """
     merged: dict[str, dict[str, Any]] = {}
+    if path is None and environ.get(CONFIG_PATH_VARIABLE):
+        path = environ[CONFIG_PATH_VARIABLE]
     if path is not None:
         _merge(merged, _read_toml(Path(path)), source=str(path))
     _merge(merged, _from_environ(environ), source="environment")
@@ -233,7 +245,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
     flat: dict[str, str] = {}
     for name, value in environ.items():
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name == CONFIG_PATH_VARIABLE:
             continue
         section, _, key = name[len(ENV_PREFIX) :].lower().partition("_")
         if section not in _SECTIONS or not key:
