@@ -1,0 +1,1 @@
+"""The demo: a dynamic forum to protect and measure against, and a synthetic access-log generator."""
