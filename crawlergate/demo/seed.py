@@ -83,15 +83,10 @@ def seed_database(path: Path, *, threads: int, seed: int) -> ForumShape:
         connection.executescript(SCHEMA)
         connection.executemany(
             "INSERT INTO forums VALUES (?, ?, ?)",
-            (
-                (f, f"{TOPICS[f % len(TOPICS)].title()} talk {f}", f"All about {TOPICS[f % len(TOPICS)]}")
-                for f in range(1, forums + 1)
-            ),
+            ((f, f"{_topic(f).title()} talk {f}", f"All about {_topic(f)}") for f in range(1, forums + 1)),
         )
-        connection.executemany(
-            "INSERT INTO members VALUES (?, ?, ?, 0)",
-            ((m, f"member{m}", EPOCH - rng.random() * 3e8) for m in range(1, members + 1)),
-        )
+        joined = [EPOCH - rng.random() * 3e8 for _ in range(members)]
+        post_counts = [0] * (members + 1)
         post_id = 0
         thread_rows, post_rows = [], []
         for thread_id in range(1, threads + 1):
@@ -103,7 +98,9 @@ def seed_database(path: Path, *, threads: int, seed: int) -> ForumShape:
             for number in range(replies + 1):
                 post_id += 1
                 last = created + number * rng.random() * 86400
-                post_rows.append((post_id, thread_id, author if number == 0 else rng.randrange(1, members + 1), last))
+                writer = author if number == 0 else rng.randrange(1, members + 1)
+                post_counts[writer] += 1
+                post_rows.append((post_id, thread_id, writer, last))
             title = " ".join(rng.choice(WORDS) for _ in range(rng.randrange(3, 8))).capitalize()
             thread_rows.append((thread_id, rng.randrange(1, forums + 1), title, author, created, last, replies))
             if len(post_rows) > 50_000:
@@ -111,7 +108,10 @@ def seed_database(path: Path, *, threads: int, seed: int) -> ForumShape:
                 post_rows.clear()
         connection.executemany("INSERT INTO posts VALUES (?, ?, ?, ?)", post_rows)
         connection.executemany("INSERT INTO threads VALUES (?, ?, ?, ?, ?, ?, ?)", thread_rows)
-        connection.execute("UPDATE members SET posts = (SELECT COUNT(*) FROM posts WHERE posts.author_id = members.id)")
+        connection.executemany(
+            "INSERT INTO members VALUES (?, ?, ?, ?)",
+            ((m, f"member{m}", joined[m - 1], post_counts[m]) for m in range(1, members + 1)),
+        )
         connection.executemany(
             "INSERT INTO messages VALUES (?, ?)", ((m, rng.randrange(0, 5)) for m in range(1, members + 1))
         )
