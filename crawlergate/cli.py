@@ -3,6 +3,8 @@
     crawlergate classify "Mozilla/5.0 (compatible; Googlebot/2.1)"
     crawlergate classify --file user-agents.txt
     crawlergate classify --log access.log.gz --json report.json
+    crawlergate serve --origin http://127.0.0.1:8000 --port 8080
+    crawlergate demo forum --port 8000 / crawlergate demo trace --out forum.log
 
 Every command that takes settings reads ``--config FILE`` and ``CRAWLERGATE_*`` variables.
 Errors a user can fix (a bad setting, a missing file) print one line and exit with status 2.
@@ -80,15 +82,114 @@ def _parser() -> argparse.ArgumentParser:
     classify.add_argument("--json", metavar="FILE", help="write the result as JSON to FILE ('-' for stdout)")
     _add_settings_flags(classify)
     classify.set_defaults(handler=_run_classify)
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the standalone proxy in front of a site",
+        description="Run crawlergate as a reverse proxy in front of ORIGIN: crawlers are answered from the cache, "
+        "everyone else is forwarded.",
+    )
+    serve.add_argument("--origin", help="the site's URL, e.g. http://127.0.0.1:8000 (setting server.origin)")
+    serve.add_argument("--host", help="address to listen on (server.host, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (server.port, default 8080)")
+    serve.add_argument("--workers", type=_positive_int, help="worker processes (server.workers, default 1)")
+    _add_settings_flags(serve, cache=True)
+    serve.set_defaults(handler=_run_serve)
+
+    demo = commands.add_parser("demo", help="the demo forum and its synthetic traffic")
+    demo_commands = demo.add_subparsers(dest="demo_command", metavar="DEMO_COMMAND", required=True)
+    forum = demo_commands.add_parser("forum", help="serve the demo forum (Starlette + SQLite) on its own")
+    forum.add_argument("--host", default="127.0.0.1")
+    forum.add_argument("--port", type=int, default=8000)
+    _add_forum_flags(forum)
+    forum.set_defaults(handler=_run_demo_forum)
+    trace = demo_commands.add_parser("trace", help="write a synthetic access log of the demo forum")
+    trace.add_argument("--out", type=Path, required=True, help="the log file to write")
+    trace.add_argument("--requests", type=_positive_int, default=20_000, help="page views in the trace")
+    trace.add_argument("--duration", type=float, default=86_400.0, help="seconds the trace spans (default a day)")
+    trace.add_argument("--crawler-share", type=_fraction, default=0.68, help="crawler share of page views")
+    _add_forum_flags(trace)
+    trace.set_defaults(handler=_run_demo_trace)
     return parser
 
 
-def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+def _add_settings_flags(parser: argparse.ArgumentParser, *, cache: bool = False) -> None:
     parser.add_argument("--config", type=Path, help="a crawlergate TOML file")
+    if cache:
+        parser.add_argument(
+            "--memcached", action="append", metavar="HOST:PORT", help="an L1 memcached server (repeatable)"
+        )
+        parser.add_argument("--cache-dir", help="the L2 directory (l2.cache_dir)")
+
+
+def _add_forum_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=_positive_int, default=3000, help="threads to seed (the paper's: 153100)")
+    parser.add_argument("--work-ms", type=float, default=20.0, help="CPU work per dynamic page, in milliseconds")
+    parser.add_argument("--seed", type=int, default=2012, help="seed of the forum's content and of the trace")
+    parser.add_argument("--db", type=Path, help="the SQLite file (default: in the user's cache folder)")
 
 
 def _settings(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> Settings:
     return load_settings(args.config, os.environ, overrides)
+
+
+def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Settings given as command-line flags, as dotted keys (they win over file and environment)."""
+    flags = {
+        "server.origin": getattr(args, "origin", None),
+        "server.host": getattr(args, "host", None),
+        "server.port": getattr(args, "port", None),
+        "server.workers": getattr(args, "workers", None),
+        "l1.memcached": tuple(args.memcached) if getattr(args, "memcached", None) else None,
+        "l2.cache_dir": getattr(args, "cache_dir", None),
+    }
+    return {key: value for key, value in flags.items() if value is not None}
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from crawlergate.server import run_proxy
+
+    overrides = _flag_overrides(args)
+    settings = _settings(args, overrides)
+    return run_proxy(settings, config_path=args.config, overrides=overrides)
+
+
+def _run_demo_forum(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from crawlergate.demo.forum import create_forum
+
+    db = args.db or _default_forum_db(args.threads, args.seed)
+    print(f"seeding {db} with {args.threads:,} threads (reused when it exists)", file=sys.stderr)
+    app = create_forum(db, threads=args.threads, seed=args.seed, work_ms=args.work_ms)
+    print(f"demo forum on http://{args.host}:{args.port} ({args.work_ms:g} ms of work a page)", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return EXIT_OK
+
+
+def _run_demo_trace(args: argparse.Namespace) -> int:
+    from crawlergate.demo.seed import seed_database
+    from crawlergate.demo.trace import TraceSpec, structure_of, write_trace
+
+    db = args.db or _default_forum_db(args.threads, args.seed)
+    seed_database(db, threads=args.threads, seed=args.seed)
+    spec = TraceSpec(
+        requests=args.requests,
+        duration_s=args.duration,
+        crawler_share=args.crawler_share,
+        page_cost_us=int(args.work_ms * 1000),
+        seed=args.seed,
+    )
+    with Progress(f"writing {args.out.name}", total=args.requests, unit=" lines") as progress:
+        lines = write_trace(args.out, spec, structure_of(db), on_progress=progress.update)
+    print(f"wrote {lines:,} lines to {args.out} (forum of {args.threads:,} threads in {db})")
+    return EXIT_OK
+
+
+def _default_forum_db(threads: int, seed: int) -> Path:
+    from crawlergate.config import default_cache_root
+
+    return default_cache_root() / "crawlergate-demo" / f"forum-{threads}-{seed}.sqlite3"
 
 
 def _run_classify(args: argparse.Namespace) -> int:
@@ -177,6 +278,16 @@ def _write_json(target: str, data: Any) -> None:
         Path(target).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise CrawlerGateError(f"Cannot write '{target}': {exc.strerror}.") from None
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, not {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:

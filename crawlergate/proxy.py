@@ -100,11 +100,11 @@ class ReverseProxy:
         try:
             response = await self._client.send(request, stream=True)
         except httpx.TimeoutException:
-            await send_response(send, plain_response(504, b"The origin did not answer in time.\n", outcome=b"pass"))
+            await send_response(send, plain_response(504, b"The origin did not answer in time.\n", outcome=None))
             return
         except (httpx.HTTPError, OSError) as exc:
             logger.warning("origin %s failed: %s", self.origin, exc)
-            await send_response(send, plain_response(502, b"The origin cannot be reached.\n", outcome=b"pass"))
+            await send_response(send, plain_response(502, b"The origin cannot be reached.\n", outcome=None))
             return
         try:
             await send(

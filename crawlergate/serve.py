@@ -39,14 +39,18 @@ def page_response(page: Page, method: str, request: ConditionalHeaders, *, outco
     return page.status, headers, b"" if method == "HEAD" else body
 
 
-def plain_response(status: int, body: bytes, *, outcome: bytes, retry_after: bytes | None = None) -> Response:
-    """A short plain-text answer of the gate's own (errors, refusals); never cached."""
+def plain_response(status: int, body: bytes, *, outcome: bytes | None, retry_after: bytes | None = None) -> Response:
+    """A short plain-text answer of crawlergate's own (errors, refusals); never cached.
+
+    ``outcome`` is the X-Crawlergate value, or None when the gate around this app will add it.
+    """
     headers = [
         (b"content-type", b"text/plain; charset=utf-8"),
         (b"content-length", b"%d" % len(body)),
         (b"cache-control", b"no-store"),
-        (b"x-crawlergate", outcome),
     ]
+    if outcome is not None:
+        headers.append((b"x-crawlergate", outcome))
     if retry_after is not None:
         headers.append((b"retry-after", retry_after))
     return status, headers, body

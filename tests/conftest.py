@@ -3,11 +3,14 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import uvicorn
 
 from crawlergate.classify import Classifier
 from crawlergate.config import ClassifySettings, L2Settings, Settings
@@ -91,3 +94,33 @@ def memcached_server() -> Iterator[MemcachedServer]:
     server.start()
     yield server
     server.stop()
+
+
+class ServerThread:
+    """A real uvicorn server on a free loopback port, in a background thread."""
+
+    def __init__(self, app: Any, port: int | None = None) -> None:
+        self.port = port or free_port()
+        # proxy_headers off, as `crawlergate serve` runs it: X-Forwarded-* are the gate's to judge.
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", proxy_headers=False
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                pytest.fail("uvicorn did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)

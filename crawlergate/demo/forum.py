@@ -204,7 +204,9 @@ class Forum:
         if member is None:
             return PlainTextResponse("Log in to reply.", status_code=403)
         form = await _form(request)
-        thread_id = int(form.get("t", "0")) if form.get("t", "0").isdigit() else 0
+        # The thread comes in the form, or in the query string (as replayed from an access log).
+        thread_text = form.get("t") or request.query_params.get("t", "0")
+        thread_id = int(thread_text) if thread_text.isdigit() else 0
         now = time.time()
         with self.db:
             updated = self.db.execute(

@@ -1,0 +1,95 @@
+"""Running the standalone proxy on uvicorn: pre-flight checks, the start-up line, workers.
+
+Start-up is loud: a bad origin URL, an unusable cache directory or a port in use stop it with
+one line before uvicorn starts. Workers are uvicorn processes that each build the app from the
+environment (``crawlergate.proxy:app_from_environment``), so the command-line flags are handed to
+them as ``CRAWLERGATE_*`` variables. SIGTERM and SIGINT are graceful: uvicorn stops accepting,
+lets in-flight requests finish, then the gate drains its background work; L2 writes are atomic,
+so no half-written page can remain.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from crawlergate.config import CONFIG_PATH_VARIABLE, ENV_PREFIX, Settings
+from crawlergate.core import build_cache
+from crawlergate.errors import ConfigError
+from crawlergate.metrics import Metrics
+from crawlergate.proxy import ReverseProxy
+
+# Seconds uvicorn lets in-flight requests finish after SIGTERM before it closes them.
+GRACEFUL_SHUTDOWN_S = 30
+
+
+def run_proxy(settings: Settings, *, config_path: Path | None, overrides: Mapping[str, Any]) -> int:
+    """Check the settings, print where the proxy listens, and serve until a signal stops it."""
+    server = settings.server
+    if not server.origin:
+        raise ConfigError(
+            "No origin: give --origin URL (or the setting server.origin), e.g. --origin http://127.0.0.1:8000."
+        )
+    ReverseProxy(server.origin)  # validates the URL the way the workers will
+    cache = build_cache(settings, Metrics())
+    cache.start()  # creates and indexes L2, or fails loudly
+    pages, size = len(cache.l2), cache.l2.used_bytes
+    cache.close()
+    _check_port(server.host, server.port)
+
+    if config_path is not None:
+        os.environ[CONFIG_PATH_VARIABLE] = str(config_path.resolve())
+    for dotted, value in overrides.items():
+        os.environ[ENV_PREFIX + dotted.replace(".", "_").upper()] = (
+            ",".join(value) if isinstance(value, tuple) else str(value)
+        )
+
+    l1 = (
+        f"memcached {', '.join(settings.l1.memcached)}"
+        if settings.l1.memcached
+        else f"embedded LRU of {settings.l1.max_bytes / 2**20:.0f} MiB per worker"
+    )
+    print(
+        f"crawlergate serve: listening on http://{server.host}:{server.port} for {server.origin}; "
+        f"L1 {l1}; L2 {settings.cache_dir} ({pages:,} pages, {size / 1e6:.1f} MB); "
+        f"{server.workers} worker{'s' if server.workers > 1 else ''}",
+        file=sys.stderr,
+        flush=True,
+    )
+    stopped_by: list[int] = []
+    # uvicorn shuts down gracefully on these, then re-raises them; handlers of ours turn that into exit 0.
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, lambda number, frame: stopped_by.append(number))
+    uvicorn.run(
+        "crawlergate.proxy:app_from_environment",
+        factory=True,
+        host=server.host,
+        port=server.port,
+        workers=server.workers,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        # X-Forwarded-* are judged once, by ReverseProxy against server.trusted_proxies.
+        proxy_headers=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
+    reason = f" on {signal.Signals(stopped_by[0]).name}" if stopped_by else ""
+    print(f"crawlergate serve: stopped{reason}", file=sys.stderr, flush=True)
+    return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.") from None

@@ -1,0 +1,255 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
+from crawlergate.demo.forum import create_forum
+from crawlergate.proxy import create_app
+from tests.conftest import ServerThread, free_port
+
+pytestmark = pytest.mark.e2e
+
+GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
+FIREFOX = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"}
+MB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def forum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    """The demo forum on uvicorn, with little work per page so the tests stay quick."""
+    db = tmp_path_factory.mktemp("forum") / "forum.sqlite3"
+    server = ServerThread(create_forum(db, threads=200, work_ms=1, rounds_per_ms=1000)).start()
+    yield server
+    server.stop()
+
+
+def echo_app() -> Starlette:
+    async def echo(request: Request) -> Response:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+        return JSONResponse(
+            {"method": request.method, "headers": dict(request.headers), "received": size, "query": request.url.query}
+        )
+
+    async def download(request: Request) -> Response:
+        total = int(request.query_params["mb"]) * MB
+
+        async def chunks() -> AsyncIterator[bytes]:
+            block = b"x" * (64 * 1024)
+            for _ in range(total // len(block)):
+                yield block
+
+        return StreamingResponse(chunks(), media_type="application/octet-stream")
+
+    methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+    return Starlette(routes=[Route("/echo/{rest:path}", echo, methods=methods), Route("/download", download)])
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[ServerThread]:
+    server = ServerThread(echo_app()).start()
+    yield server
+    server.stop()
+
+
+def _proxy(origin: str, tmp_path: Path, **server: object) -> ServerThread:
+    settings = Settings(
+        server=ServerSettings(origin=origin, **server),  # type: ignore[arg-type]
+        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
+        cache=CacheSettings(ttl_seconds=0.5),
+    )
+    return ServerThread(create_app(settings)).start()
+
+
+@pytest.fixture
+def forum_proxy(forum: ServerThread, tmp_path: Path) -> Iterator[ServerThread]:
+    proxy = _proxy(forum.url, tmp_path)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def echo_proxy(echo: ServerThread, tmp_path: Path) -> Iterator[ServerThread]:
+    proxy = _proxy(echo.url, tmp_path)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.mark.parametrize("method", ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+def test_proxy_forwards_every_method(echo_proxy: ServerThread, method: str) -> None:
+    response = httpx.request(method, f"{echo_proxy.url}/echo/a%2Fb?x=1&y=2", content=b"body", headers=FIREFOX)
+    assert response.status_code == 200
+    data = response.json()
+    assert data["method"] == method
+    assert data["query"] == "x=1&y=2"
+    assert response.headers["x-crawlergate"] == "pass"
+
+
+def test_proxy_head_has_no_body(echo_proxy: ServerThread) -> None:
+    response = httpx.head(f"{echo_proxy.url}/echo/x", headers=FIREFOX)
+    assert response.status_code == 200 and response.content == b""
+
+
+def test_proxy_drops_hop_by_hop_and_sets_forwarded_headers(echo_proxy: ServerThread) -> None:
+    headers = {**FIREFOX, "connection": "keep-alive, x-secret-hop", "x-secret-hop": "1", "te": "trailers"}
+    headers["x-forwarded-for"] = "203.0.113.7"
+    seen = httpx.get(f"{echo_proxy.url}/echo/x", headers=headers).json()["headers"]
+    assert "x-secret-hop" not in seen and "te" not in seen
+    # The test client is on loopback, a trusted proxy by default: its X-Forwarded-For is extended.
+    assert seen["x-forwarded-for"] == "203.0.113.7, 127.0.0.1"
+    assert seen["x-forwarded-proto"] == "http"
+    assert seen["x-forwarded-host"] == f"127.0.0.1:{echo_proxy.port}"
+
+
+def test_proxy_ignores_forwarded_headers_from_untrusted_clients(echo: ServerThread, tmp_path: Path) -> None:
+    proxy = _proxy(echo.url, tmp_path, trusted_proxies=())
+    try:
+        spoofed = {**FIREFOX, "x-forwarded-for": "1.2.3.4", "x-forwarded-host": "evil.test"}
+        seen = httpx.get(f"{proxy.url}/echo/x", headers=spoofed).json()["headers"]
+    finally:
+        proxy.stop()
+    assert seen["x-forwarded-for"] == "127.0.0.1"
+    assert seen["x-forwarded-host"] == f"127.0.0.1:{proxy.port}"
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_proxy_streams_large_bodies_both_ways(echo_proxy: ServerThread) -> None:
+    size_mb = 256
+    before = _rss_bytes()
+
+    def upload() -> Iterator[bytes]:
+        block = b"u" * (64 * 1024)
+        for _ in range(size_mb * MB // len(block)):
+            yield block
+
+    sent = httpx.post(f"{echo_proxy.url}/echo/upload", content=upload(), headers=FIREFOX, timeout=120)
+    assert sent.json()["received"] == size_mb * MB
+    received = 0
+    with httpx.stream("GET", f"{echo_proxy.url}/download?mb={size_mb}", headers=FIREFOX, timeout=120) as response:
+        for chunk in response.iter_raw():
+            received += len(chunk)
+    assert received == size_mb * MB
+    # Client, proxy and origin all live in this process: none of them held the body.
+    assert _rss_bytes() - before < 64 * MB
+
+
+def test_proxy_preserves_cookies_and_redirects_for_humans(forum_proxy: ServerThread) -> None:
+    with httpx.Client(base_url=forum_proxy.url, headers=FIREFOX) as client:
+        login = client.post("/login", data={"member": "3"})
+        assert login.status_code == 303 and login.headers["location"] == "/"
+        assert login.headers["set-cookie"].startswith("sessionid=3.")
+        page = client.get("/showthread.php?t=5")
+    assert "unread messages" in page.text and page.headers["x-crawlergate"] == "pass"
+
+
+def test_proxy_logged_in_crawler_agent_never_gets_the_guest_page(forum_proxy: ServerThread) -> None:
+    with httpx.Client(base_url=forum_proxy.url) as client:
+        client.get("/showthread.php?t=5", headers=GOOGLEBOT)
+        assert client.get("/showthread.php?t=5", headers=GOOGLEBOT).headers["x-crawlergate"] == "l1-hit"
+        client.post("/login", data={"member": "3"}, headers=FIREFOX)
+        page = client.get("/showthread.php?t=5", headers=GOOGLEBOT)
+    assert page.headers["x-crawlergate"] == "pass"
+    assert "unread messages" in page.text
+
+
+def test_proxy_crawlers_get_cached_pages(forum_proxy: ServerThread) -> None:
+    with httpx.Client(base_url=forum_proxy.url, headers=GOOGLEBOT) as client:
+        outcomes = [client.get("/showthread.php?t=9&utm_source=x").headers["x-crawlergate"] for _ in range(3)]
+        page = client.get("/showthread.php?t=9")
+    assert outcomes == ["miss", "l1-hit", "l1-hit"]
+    assert "<h2>" in page.text and "unread" not in page.text
+
+
+def test_proxy_origin_down_stale_or_502(tmp_path: Path) -> None:
+    origin = ServerThread(echo_app()).start()
+    proxy = _proxy(origin.url, tmp_path)
+    try:
+        with httpx.Client(base_url=proxy.url, headers=GOOGLEBOT) as client:
+            assert client.get("/echo/cached").headers["x-crawlergate"] == "miss"
+            origin.stop()
+            time.sleep(0.6)  # past the page's 0.5 s lifetime: the gate must ask the origin again
+            stale = client.get("/echo/cached")
+            missing = client.get("/echo/never-cached")
+            human = client.get("/echo/cached", headers=FIREFOX)
+    finally:
+        proxy.stop()
+    assert stale.status_code == 200 and stale.headers["x-crawlergate"] == "stale"
+    assert missing.status_code == 502
+    assert human.status_code == 502 and human.headers["x-crawlergate"] == "pass"
+    assert not list((tmp_path / "l2").rglob("*.page"))[1:]  # only the one good page was ever stored
+
+
+def test_serve_subprocess_start_serve_sigterm(forum: ServerThread, tmp_path: Path) -> None:
+    port = free_port()
+    cache_dir = tmp_path / "l2"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "crawlergate", "serve", "--origin", forum.url, "--port", str(port)]
+        + ["--cache-dir", str(cache_dir)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/showthread.php?t=3", headers=GOOGLEBOT)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None and time.monotonic() < deadline, "serve did not start"
+                time.sleep(0.1)
+        assert response.status_code == 200 and response.headers["x-crawlergate"] == "miss"
+        process.send_signal(signal.SIGTERM)
+        _, startup = process.communicate(timeout=30)
+        assert process.returncode == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert f"listening on http://127.0.0.1:{port} for {forum.url}" in startup
+    assert "Traceback" not in startup
+    assert "stopped on SIGTERM" in startup
+    assert not [path for path in cache_dir.rglob("*") if path.name.startswith(".tmp-")]
+    assert len(list(cache_dir.rglob("*.page"))) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["serve"], "No origin", id="no-origin"),
+        pytest.param(["serve", "--origin", "ftp://x"], "Must be an http:// or https:// URL", id="bad-origin"),
+        pytest.param(["serve", "--origin", "http://x", "--cache-dir", "/proc/nope"], "not usable", id="bad-cache-dir"),
+    ],
+)
+def test_serve_bad_start_is_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from crawlergate.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_serve_port_in_use(forum: ServerThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from crawlergate.cli import main
+
+    argv = ["serve", "--origin", forum.url, "--port", str(forum.port), "--cache-dir", str(tmp_path)]
+    assert main(argv) == 2
+    assert "Cannot listen on 127.0.0.1" in capsys.readouterr().err
