@@ -70,17 +70,16 @@ class ReverseProxy:
         self.origin = origin.rstrip("/")
         self._origin_prefix = parts.path.rstrip("/").encode()
         self._trusted = [ipaddress.ip_network(item, strict=False) for item in trusted_proxies]
-        limits = httpx.Limits(max_connections=512, max_keepalive_connections=128)
-        self._client = httpx.AsyncClient(
-            base_url=self.origin,
-            transport=transport,
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            limits=limits,
-            follow_redirects=False,
+        # The transport is called directly: the client layer (cookies, auth, redirects, hooks) has nothing
+        # to do in a proxy and costs ~0.3 ms a request.
+        self._transport = transport or httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=512, max_keepalive_connections=128)
         )
+        self._timeouts = {"connect": connect_timeout_s, "read": timeout_s, "write": timeout_s, "pool": connect_timeout_s}
+        self._base = httpx.URL(self.origin)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._transport.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -91,14 +90,15 @@ class ReverseProxy:
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
         query: bytes = scope.get("query_string", b"")
         target = self._origin_prefix + raw_path + (b"?" + query if query else b"")
-        request = self._client.build_request(
+        request = httpx.Request(
             scope["method"],
-            httpx.URL(self.origin).copy_with(raw_path=target),
+            self._base.copy_with(raw_path=target),
             headers=self._forward_headers(scope),
             content=_request_body(receive) if _has_body(scope) else None,
+            extensions={"timeout": self._timeouts},
         )
         try:
-            response = await self._client.send(request, stream=True)
+            response = await self._transport.handle_async_request(request)
         except httpx.TimeoutException:
             await send_response(send, plain_response(504, b"The origin did not answer in time.\n", outcome=None))
             return

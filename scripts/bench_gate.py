@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
-FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
+from benchlib import FIREFOX, GOOGLEBOT, free_port, run_wrk, wait_for
+
 WORDS = [
     "forum",
     "thread",
@@ -104,45 +102,6 @@ def serve(name: str, port: int, cache_dir: str, memcached: str) -> None:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for(port: int) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"server on port {port} did not start")
-
-
-def run_wrk(port: int, user_agent: str, seconds: int, connections: int) -> dict[str, float]:
-    command = [
-        "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency",
-        "-H", f"User-Agent: {user_agent}", "-H", "Accept-Encoding: gzip", f"http://127.0.0.1:{port}/t/1",
-    ]  # fmt: skip
-    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
-    latency = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", output, re.MULTILINE))
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
-    return {
-        "rps": rps,
-        "p50_ms": _to_ms(latency["50"]),
-        "p99_ms": _to_ms(latency["99"]),
-        "errors": float(errors.group(1)) if errors else 0.0,
-    }
-
-
-def _to_ms(text: str) -> float:
-    value, unit = re.fullmatch(r"([\d.]+)(\w+)", text).groups()  # type: ignore[union-attr]
-    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=10)
@@ -181,10 +140,11 @@ def main() -> int:
                 processes.append(subprocess.Popen(command))
             for name, user_agent in cases:
                 wait_for(ports[name])
-                run_wrk(ports[name], user_agent, 1, 4)  # warm: fills the cache, JITs nothing, opens pools
+                run_wrk(f"http://127.0.0.1:{ports[name]}/t/1", user_agent, 1, 4)  # warm: fills the cache, opens pools
             for round_number in range(args.rounds):
                 for name, user_agent in cases:
-                    results[name].append(run_wrk(ports[name], user_agent, args.seconds, args.connections))
+                    url = f"http://127.0.0.1:{ports[name]}/t/1"
+                    results[name].append(run_wrk(url, user_agent, args.seconds, args.connections))
                 print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
     finally:
         for process in processes:

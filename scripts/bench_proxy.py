@@ -1,0 +1,118 @@
+"""`crawlergate serve` beside nginx proxy_cache, in front of the demo forum, in one run.
+
+- Crawler L1 hits: wrk with Googlebot's user agent on one cached thread page, 32 connections,
+  through `crawlergate serve` and through nginx configured to cache crawler requests the same way
+  (scripts/nginx-proxy-cache.conf), at 1 and 2 workers each.
+- Human pass-through: wrk with one connection (no queueing, so the difference is the proxy's own
+  cost) with Firefox's user agent, through `crawlergate serve` and straight to the forum, whose
+  pages cost 20 ms of CPU.
+
+Cases run alternately, `--rounds` times; medians are reported. Needs wrk and nginx (Debian packages).
+
+    python scripts/bench_proxy.py [--seconds 10] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+from benchlib import FIREFOX, GOOGLEBOT, free_port, run_wrk, wait_for
+
+HERE = Path(__file__).resolve().parent
+PAGE = "/showthread.php?t=7"
+
+
+def start_forum(folder: Path, port: int, work_ms: float) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "crawlergate", "demo", "forum", "--port", str(port)]
+    command += ["--work-ms", str(work_ms), "--db", str(folder / "forum.sqlite3")]
+    return subprocess.Popen(command, stderr=subprocess.DEVNULL)
+
+
+def start_gate(folder: Path, port: int, origin: int, workers: int) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "crawlergate", "serve", "--origin", f"http://127.0.0.1:{origin}"]
+    command += ["--port", str(port), "--workers", str(workers), "--cache-dir", str(folder / f"l2-{workers}")]
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
+    return subprocess.Popen(command, stderr=subprocess.DEVNULL, env=environment)
+
+
+def start_nginx(folder: Path, port: int, origin: int, workers: int) -> subprocess.Popen[bytes]:
+    prefix = folder / f"nginx-{workers}"
+    (prefix / "cache").mkdir(parents=True)
+    config = (HERE / "nginx-proxy-cache.conf").read_text()
+    for name, value in {"workers": workers, "prefix": prefix, "origin": f"127.0.0.1:{origin}", "port": port}.items():
+        config = config.replace("{" + name + "}", str(value))
+    (prefix / "nginx.conf").write_text(config)
+    return subprocess.Popen(["nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf")], stderr=subprocess.DEVNULL)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--work-ms", type=float, default=20.0)
+    args = parser.parse_args()
+    for tool in ("wrk", "nginx"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is needed: apt-get install -y {tool}")
+
+    processes: list[subprocess.Popen[bytes]] = []
+    results: dict[str, list[dict[str, float]]] = {}
+    try:
+        with tempfile.TemporaryDirectory() as temp:
+            folder = Path(temp)
+            forum = free_port()
+            processes.append(start_forum(folder, forum, args.work_ms))
+            wait_for(forum, timeout_s=60)
+            crawler_cases: dict[str, str] = {}
+            for workers in (1, 2):
+                gate, nginx = free_port(), free_port()
+                processes.append(start_gate(folder, gate, forum, workers))
+                processes.append(start_nginx(folder, nginx, forum, workers))
+                crawler_cases[f"crawlergate, {workers} worker(s)"] = f"http://127.0.0.1:{gate}{PAGE}"
+                crawler_cases[f"nginx proxy_cache, {workers} worker(s)"] = f"http://127.0.0.1:{nginx}{PAGE}"
+                wait_for(gate)
+                wait_for(nginx)
+            for url in crawler_cases.values():
+                warm = httpx.get(url, headers={"user-agent": GOOGLEBOT, "accept-encoding": "gzip"})
+                warm.raise_for_status()
+            human_cases = {
+                "human, straight to the forum": f"http://127.0.0.1:{forum}{PAGE}",
+                "human, through crawlergate": next(iter(crawler_cases.values())),
+            }
+            for round_number in range(args.rounds):
+                for name, url in crawler_cases.items():
+                    results.setdefault(name, []).append(run_wrk(url, GOOGLEBOT, args.seconds, args.connections))
+                for name, url in human_cases.items():
+                    results.setdefault(name, []).append(run_wrk(url, FIREFOX, args.seconds, 1))
+                print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
+
+    median = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in results.items()}
+    print(f"\nwrk, {args.seconds} s x {args.rounds} rounds, medians; crawler cases {args.connections} connections")
+    print(f"{'case':<36}{'requests/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>9}")
+    for name, row in median.items():
+        print(f"{name:<36}{row['rps']:>12,.0f}{row['p50_ms']:>10.2f}{row['p99_ms']:>10.2f}{row['errors']:>9.0f}")
+    print()
+    for workers in (1, 2):
+        ours, theirs = median[f"crawlergate, {workers} worker(s)"], median[f"nginx proxy_cache, {workers} worker(s)"]
+        print(f"crawler hits, {workers} worker(s): crawlergate at {ours['rps'] / theirs['rps']:.0%} of nginx")
+    direct, gated = median["human, straight to the forum"], median["human, through crawlergate"]
+    print(f"human pass-through adds {gated['p50_ms'] - direct['p50_ms']:+.2f} ms p50 on a {args.work_ms:g} ms page")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
