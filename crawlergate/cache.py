@@ -26,6 +26,7 @@ from crawlergate.metrics import Metrics
 from crawlergate.page import CorruptPage, Page
 from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore
+from crawlergate.stores.memory import MemoryStore
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,10 @@ class TwoLevelCache:
         data = page.to_bytes()
         self._put(self.l2, key, data, "crawler")
         self._put(self.l1, key, data, "crawler")
+
+    def touch_local_l1(self, key: CacheKey) -> bool:
+        """Refresh the page's L1 recency when L1 is in this process (microseconds, no I/O); False otherwise."""
+        return isinstance(self.l1, MemoryStore) and self.l1.touch(key.digest)
 
     def prefetch(self, key: CacheKey) -> bool:
         """Human-induced prefetch: make sure L1 holds the page if L2 does. True if L1 was filled."""

@@ -100,8 +100,10 @@ class CrawlerGateMiddleware:
             await self._serve_crawler(scope, receive, send, decision, started)
         elif route is Route.PASS:
             status = await self._pass(scope, receive, send, decision.kind, started)
-            if decision.key is not None and self.core.should_prefetch(decision, status):
-                self._in_background(self._prefetch(decision.key))
+            key = decision.key
+            # Most human views are of pages L1 already holds: with the embedded L1 that is settled inline.
+            if key is not None and self.core.should_prefetch(decision, status) and not self.cache.touch_local_l1(key):
+                self._in_background(self._prefetch(key))
         elif route is Route.ADMIN:
             await self.admin(scope, receive, send)
         else:

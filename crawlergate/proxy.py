@@ -75,7 +75,12 @@ class ReverseProxy:
         self._transport = transport or httpx.AsyncHTTPTransport(
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=128)
         )
-        self._timeouts = {"connect": connect_timeout_s, "read": timeout_s, "write": timeout_s, "pool": connect_timeout_s}
+        self._timeouts = {
+            "connect": connect_timeout_s,
+            "read": timeout_s,
+            "write": timeout_s,
+            "pool": connect_timeout_s,
+        }
         self._base = httpx.URL(self.origin)
 
     async def aclose(self) -> None:
