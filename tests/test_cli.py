@@ -78,3 +78,10 @@ def test_cli_installed_console_script_runs() -> None:
     )
     assert result.returncode == 0
     assert result.stdout == "crawler\tGooglebot\n"
+
+
+def test_public_api_names() -> None:
+    import crawlergate
+
+    for name in ("CrawlerGateMiddleware", "CrawlerGateWSGI", "Settings", "load_settings", "create_app"):
+        assert name in crawlergate.__all__ and hasattr(crawlergate, name)
