@@ -27,6 +27,8 @@ MAX_TARGET_CHARS = 2048
 KEY_MEMO_SIZE = 65536
 
 _ESCAPE = re.compile(rb"%([0-9A-Fa-f]{2})")
+# Most paths are already in normal form (no escapes, no dot segments): they skip the work.
+_ALREADY_NORMAL = re.compile(rb"/[A-Za-z0-9\-._~/:@!$&'()*+,;=]*")
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 # Characters that may stay literal in a normalised path (RFC 3986 pchar without '%').
 _PATH_SAFE = "/:@!$&'()*+,;="
@@ -44,6 +46,7 @@ class KeyMaker:
     """Decides cacheability and builds keys from raw request paths and query strings."""
 
     def __init__(self, rules: CacheRules, *, admin_prefix: str, max_target_chars: int = MAX_TARGET_CHARS) -> None:
+        self.rules = rules
         self._rules = rules
         self._admin_prefix = admin_prefix
         self._max_target_chars = max_target_chars
@@ -102,6 +105,8 @@ def normalise_path(raw_path: bytes) -> str | None:
     so it never becomes a segment), dot segments removed. NUL bytes, a path that climbs above the
     root, or one that does not start with '/' are refused.
     """
+    if _ALREADY_NORMAL.fullmatch(raw_path) and b"/." not in raw_path:
+        return raw_path.decode("ascii")
     if not raw_path.startswith(b"/") or b"\x00" in raw_path:
         return None
     decoded = _ESCAPE.sub(_normalise_escape, raw_path)

@@ -11,6 +11,7 @@ do not match the format are counted and skipped, never fatal.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import re
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from crawlergate.errors import ConfigError
 
@@ -38,15 +39,16 @@ PRESETS: dict[str, str] = {
 # $request_time), an integer means microseconds (Apache %D, the field the paper's timings used).
 AUTO = "auto"
 
-_QUOTED = r'"((?:[^"\\]|\\.)*)"'
+# "Unrolling the loop" (Friedl): no alternation per character, ~5x faster than (?:[^"\\]|\\.)*.
+_QUOTED = r'"([^"\\]*(?:\\.[^"\\]*)*)"'
 _FIELDS: dict[str, tuple[str, str | None]] = {
     # directive: (regex, record field)
     "%h": (r"(\S+)", "host"),
     "$remote_addr": (r"(\S+)", "host"),
     "%a": (r"(\S+)", "host"),
     "%l": (r"\S+", None),
-    "%u": (r"\S+", None),
-    "$remote_user": (r"\S+", None),
+    "%u": (r"(\S+)", "user"),
+    "$remote_user": (r"(\S+)", "user"),
     "%t": (r"\[([^\]]+)\]", "time"),
     "[$time_local]": (r"\[([^\]]+)\]", "time"),
     '"%r"': (_QUOTED, "request"),
@@ -73,6 +75,13 @@ _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "
 _MONTHS = {name: number for number, name in enumerate(_MONTH_NAMES, start=1)}
 _GZIP_MAGIC = b"\x1f\x8b"
 
+T = TypeVar("T")
+# (request line, status, bytes, user agent, time), as they stand in the log line.
+FieldRow = tuple[str, str, str, str, str]
+# Lines are read in blocks of about this size for the fast path: big enough to amortise the regex
+# call, small enough to keep memory flat.
+BLOCK_BYTES = 4 * 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class LogRecord:
@@ -87,6 +96,8 @@ class LogRecord:
     referer: str
     user_agent: str
     duration_s: float | None
+    # The authenticated user (%u / $remote_user), "" when the log has "-".
+    user: str = ""
 
     @property
     def path(self) -> str:
@@ -105,6 +116,17 @@ class LogFormat:
         if optional_duration:
             self._fields.append("auto_duration")
         self.has_duration = any(f in {"micros", "seconds", "auto_duration"} for f in self._fields)
+        # The same format for whole blocks of lines: anchored at each line, never crossing one.
+        self._block_pattern = re.compile(
+            "^" + self._pattern.pattern.removesuffix(_LINE_END) + r"[ \t\r]*$", re.MULTILINE
+        )
+        position = {name: index for index, name in reversed(list(enumerate(self._fields)))}
+        self._request = position["request"]
+        self._status, self._bytes = position.get("status"), position.get("bytes")
+        self._user_agent, self._time = position.get("user_agent"), position.get("time")
+        wanted = (self._request, self._status, self._bytes, self._user_agent, self._time)
+        # match.group(i, j, ...) cuts all fields out in one C call when the format has them all.
+        self._fast_indices = tuple(index + 1 for index in wanted) if None not in wanted else ()  # type: ignore[operator]
 
     def parse(self, line: str) -> LogRecord | None:
         """The record of one line, or None when the line does not match the format."""
@@ -119,7 +141,7 @@ class LogFormat:
             target = rest
         if not method or not target:
             return None
-        timestamp = _parse_time(values["time"]) if "time" in values else 0.0
+        timestamp = parse_log_time(values["time"]) if "time" in values else 0.0
         if timestamp is None:
             return None
         size = values.get("bytes")
@@ -133,7 +155,39 @@ class LogFormat:
             referer=_unescape(values.get("referer", "")),
             user_agent=_unescape(values.get("user_agent", "")),
             duration_s=_duration(values),
+            user=_unescape(values.get("user", "")),
         )
+
+    def field_rows(self, text: str) -> list[FieldRow]:
+        """(request line, status, bytes, user agent, time) of every well-formed line of ``text``, as text.
+
+        The fast path for tools that read millions of lines and need only these (``simulate``): one
+        regex scan over a whole block of lines, the fields cut out in C, no object per line. Fields the
+        format lacks are "". Lines that do not match are left out; the caller counts them. User agents
+        keep their escapes (``\\"``); split the request line with ``split_request``.
+        """
+        indices = self._fast_indices
+        if indices:
+            return [match.group(*indices) for match in self._block_pattern.finditer(text)]  # type: ignore[misc]
+        return [self._slow_fields(match) for match in self._block_pattern.finditer(text)]
+
+    def _slow_fields(self, match: re.Match[str]) -> FieldRow:
+        groups = match.groups()
+        return tuple(  # type: ignore[return-value]
+            (groups[index] or "") if index is not None else ""
+            for index in (self._request, self._status, self._bytes, self._user_agent, self._time)
+        )
+
+
+def split_request(request: str) -> tuple[str, str] | None:
+    """``GET /path?q HTTP/1.1`` to (method, target); None when it is not a request line."""
+    method, _, rest = request.partition(" ")
+    target, _, protocol = rest.rpartition(" ")
+    if not protocol.startswith("HTTP/"):
+        target = rest
+    if not method or not target:
+        return None
+    return method, target
 
 
 class LogReader:
@@ -160,16 +214,54 @@ class LogReader:
         self._on_progress = on_progress
 
     def __iter__(self) -> Iterator[LogRecord]:
+        return self._parsed(self.format.parse)
+
+    def field_rows(self) -> Iterator[list[FieldRow]]:
+        """The log as lists of ``LogFormat.field_rows`` tuples, one list per block of lines."""
+        field_rows = self.format.field_rows
+        for block in self._blocks():
+            rows = field_rows(block)
+            lines = block.count("\n") + (not block.endswith("\n"))
+            self.lines += lines
+            self.malformed += lines - len(rows) - _blank_lines(block)
+            yield rows
+
+    def _blocks(self) -> Iterator[str]:
+        """The log as text blocks of whole lines (about 4 MB each)."""
+        with self._open() as (raw, stream, total):
+            rest = b""
+            try:
+                while chunk := stream.read(BLOCK_BYTES):
+                    head, newline, tail = chunk.rpartition(b"\n")
+                    if newline:
+                        yield (rest + head + newline).decode("utf-8", "replace")
+                        rest = tail
+                    else:
+                        rest += tail
+                    if self._on_progress is not None:
+                        self._on_progress(raw.tell(), total)
+            except (EOFError, gzip.BadGzipFile, OSError) as exc:
+                self.malformed += 1
+                self.truncated = str(exc) or type(exc).__name__
+            if rest:
+                yield rest.decode("utf-8", "replace")
+            if self._on_progress is not None:
+                self._on_progress(total, total)
+
+    @contextlib.contextmanager
+    def _open(self) -> Iterator[tuple[BinaryIO, BinaryIO, int]]:
         try:
             raw = self.path.open("rb")
         except OSError as exc:
             raise ConfigError(f"Log file '{self.path}' cannot be read: {exc.strerror}.") from None
         with raw:
-            total = self.path.stat().st_size
             compressed = raw.read(2) == _GZIP_MAGIC
             raw.seek(0)
             stream: BinaryIO = gzip.GzipFile(fileobj=raw) if compressed else raw  # type: ignore[assignment]
-            parse = self.format.parse
+            yield raw, stream, self.path.stat().st_size
+
+    def _parsed(self, parse: Callable[[str], T | None]) -> Iterator[T]:
+        with self._open() as (raw, stream, total):
             progress = self._on_progress
             try:
                 for line in stream:
@@ -190,9 +282,17 @@ class LogReader:
                 progress(total, total)
 
 
+def _blank_lines(block: str) -> int:
+    # Empty lines only: a line of spaces counts as malformed, which is cheaper to tell and rare.
+    return block.count("\n\n") + block.startswith("\n")
+
+
 def iter_records(path: str | Path, log_format: LogFormat | str = AUTO) -> Iterator[LogRecord]:
     """Records of a log file; see LogReader for the malformed-line count."""
     return iter(LogReader(path, log_format))
+
+
+_LINE_END = r"\s*$"
 
 
 def _compile_format(text: str, tail: str = "") -> tuple[re.Pattern[str], list[str]]:
@@ -216,11 +316,11 @@ def _compile_format(text: str, tail: str = "") -> tuple[re.Pattern[str], list[st
     parts.append(re.escape(text[position:]))
     if "request" not in fields:
         raise ConfigError(f"Log format {text!r} has no request field (%r or $request); cannot read paths from it.")
-    return re.compile("".join(parts) + tail + r"\s*$"), fields
+    return re.compile("".join(parts) + tail + _LINE_END), fields
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_time(text: str) -> float | None:
+def parse_log_time(text: str) -> float | None:
     """Apache/nginx time, e.g. ``10/Oct/2000:13:55:36 -0700``, to a Unix timestamp; memoised, as lines share seconds."""
     try:
         day, month, rest = text.split("/", 2)

@@ -1,0 +1,386 @@
+"""Offline cache-policy simulation over an access log: how big must L1 be, and what does each policy give?
+
+The log is parsed once into a compact trace (a page number and a class bit per request, a size per
+page, a day per request) that is cached on disk, so later runs skip parsing. Only crawler
+requests count as hits or misses, the way the gate serves only crawlers; human requests for pages
+matter only where a policy lets them load L1 (the paper's human-induced prefetching). Policies,
+all by bytes (Broder, Najork & Wiener 2003 define the classic ones; Koehl & Wang 2012 Table 5):
+
+    lru        least recently used, crawler requests only
+    lru+human  LRU where human requests also load and refresh pages (only crawler requests are counted)
+    clock      second-chance approximation of LRU
+    random     evict a random page
+    static     yesterday's most crawled pages, fixed for the day
+    min        Belady's clairvoyant policy: evict the page whose next crawler request is farthest away
+               (by bytes this is a near-optimal bound; humans may load pages, as in lru+human)
+    infinite   unlimited size: only first requests miss (a page seen by anyone before is a hit)
+
+    trace = load_trace(Path("access.log"), classifier, keys)
+    simulate(trace, "lru", 120_000_000).hit_ratio
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+import os
+import pickle
+import random
+from array import array
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from crawlergate.classify import Classifier
+from crawlergate.keys import KeyMaker
+from crawlergate.logparse import LogFormat, LogReader, parse_log_time, split_request
+
+POLICIES = ("lru", "lru+human", "clock", "random", "static", "min", "infinite")
+# Bumped when the cached trace's layout changes, so old files are ignored.
+TRACE_VERSION = 1
+_NEVER = 1 << 62
+
+
+@dataclass(slots=True)
+class Trace:
+    """A log's cacheable page requests in compact form."""
+
+    pages: array[int]  # page number of each request
+    crawler: bytearray  # 1 for a crawler request, 0 for a human one
+    days: array[int]  # day (since the first request) of each request
+    sizes: array[int]  # bytes of each page, from the log's byte field
+    targets: list[str]  # the page of each page number
+    lines: int
+    malformed: int
+
+    @property
+    def requests(self) -> int:
+        return len(self.pages)
+
+    @property
+    def unique_pages(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def crawler_requests(self) -> int:
+        return sum(self.crawler)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.sizes)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyResult:
+    policy: str
+    size_bytes: int
+    hits: int
+    lookups: int
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.hits / self.lookups if self.lookups else 0.0
+
+
+def load_trace(
+    path: Path,
+    classifier: Classifier,
+    keys: KeyMaker,
+    *,
+    log_format: str = "auto",
+    cache_dir: Path | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Trace:
+    """Parse ``path`` into a Trace, or read the one cached for this file, format and rules."""
+    cache_file = _cache_file(path, log_format, classifier, keys, cache_dir) if cache_dir is not None else None
+    if cache_file is not None and cache_file.exists():
+        try:
+            with cache_file.open("rb") as handle:
+                version, trace = pickle.load(handle)
+            if version == TRACE_VERSION and isinstance(trace, Trace):
+                return trace
+        except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError):
+            pass  # a damaged cache file is rebuilt below
+    trace = parse_trace(path, classifier, keys, log_format=log_format, on_progress=on_progress)
+    if cache_file is not None:
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            temporary = cache_file.with_suffix(f".tmp-{os.getpid()}")
+            with temporary.open("wb") as handle:
+                pickle.dump((TRACE_VERSION, trace), handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(temporary, cache_file)
+        except OSError:
+            pass  # no cache is only slower
+    return trace
+
+
+def parse_trace(
+    path: Path,
+    classifier: Classifier,
+    keys: KeyMaker,
+    *,
+    log_format: str = "auto",
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Trace:
+    """One pass over the log: cacheable GET/HEAD requests answered 200, as page numbers and class bits.
+
+    A page's size is the byte count of its first request in the log.
+    """
+    reader = LogReader(path, LogFormat(log_format), on_progress=on_progress)
+    # Per-run memos: a log repeats its request lines and user agents, so each is handled once.
+    page_of: dict[str, int | None] = {}
+    is_crawler: dict[str, int] = {}
+    numbers: dict[str, int] = {}
+    pages, days, sizes = array("I"), array("H"), array("I")
+    crawler = bytearray()
+    targets: list[str] = []
+    first_day: int | None = None
+    last_when, last_date, last_day = "", "", 0
+    add_page, add_day, add_class = pages.append, days.append, crawler.append
+    for rows in reader.field_rows():
+        for request, status, size, user_agent, when in rows:
+            if status != "200":
+                continue
+            number = page_of.get(request, -1)
+            if number == -1:
+                number = page_of[request] = _page_number(request, size, keys, numbers, targets, sizes)
+            if number is None:
+                continue
+            # Only the date ("10/Oct/2000") decides the day: look at it when the time changes, parse it when it does.
+            if when != last_when:
+                last_when = when
+                if when[:11] != last_date:
+                    stamp = parse_log_time(when[:11] + ":12:00:00 +0000") if when else 0.0
+                    day = int((stamp or 0.0) // 86_400)
+                    if first_day is None:
+                        first_day = day
+                    last_date, last_day = when[:11], min(max(0, day - first_day), 65_535)
+            bit = is_crawler.get(user_agent)
+            if bit is None:
+                agent = user_agent.replace('\\"', '"') if "\\" in user_agent else user_agent
+                bit = is_crawler[user_agent] = 1 if classifier.classify(agent).is_crawler else 0
+            add_page(number)
+            add_day(last_day)
+            add_class(bit)
+    return Trace(pages, crawler, days, sizes, targets, reader.lines, reader.malformed)
+
+
+def _page_number(
+    request: str, size: str, keys: KeyMaker, numbers: dict[str, int], targets: list[str], sizes: array[int]
+) -> int | None:
+    """The page number of a GET/HEAD request line for a cacheable URL (a new number for a new page), else None."""
+    split = split_request(request)
+    if split is None or split[0] not in ("GET", "HEAD"):
+        return None
+    path_part, _, query = split[1].partition("?")
+    key = keys.key_for(path_part.encode("utf-8", "surrogateescape"), query.encode("utf-8", "surrogateescape"))
+    if key is None:
+        return None
+    number = numbers.get(key.target)
+    if number is None:
+        number = numbers[key.target] = len(targets)
+        targets.append(key.target)
+        sizes.append(int(size) if size.isdigit() else 0)
+    return number
+
+
+def simulate(trace: Trace, policy: str, size_bytes: int, *, seed: int = 2012) -> PolicyResult:
+    """Run one policy with an L1 of ``size_bytes`` over the trace."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    if policy == "lru":
+        hits, lookups = _lru(_crawler_pages(trace), None, trace.sizes, size_bytes)
+    elif policy == "lru+human":
+        hits, lookups = _lru(trace.pages, trace.crawler, trace.sizes, size_bytes)
+    elif policy == "clock":
+        hits, lookups = _clock(_crawler_pages(trace), trace.sizes, size_bytes)
+    elif policy == "random":
+        hits, lookups = _random(_crawler_pages(trace), trace.sizes, size_bytes, random.Random(seed))
+    elif policy == "static":
+        hits, lookups = _static(trace, size_bytes)
+    elif policy == "min":
+        hits, lookups = _belady(trace.pages, trace.crawler, trace.sizes, size_bytes)
+    else:
+        hits, lookups = _infinite(trace.pages, trace.crawler)
+    return PolicyResult(policy, size_bytes, hits, lookups)
+
+
+def size_sweep(trace: Trace, points: int) -> list[int]:
+    """``points`` L1 sizes spaced evenly on a log scale, from 0.5 % to 100 % of all pages' bytes."""
+    total = max(trace.total_bytes, 1)
+    low = max(total * 0.005, 1.0)
+    if points <= 1:
+        return [total]
+    return [int(low * (total / low) ** (index / (points - 1))) for index in range(points)]
+
+
+def knee(points: Sequence[tuple[int, float]]) -> int | None:
+    """The size past which more memory buys little: the point farthest above the chord of the curve (Kneedle)."""
+    curve = sorted((math.log10(max(size, 1)), ratio, size) for size, ratio in points)
+    if len(curve) < 3:
+        return curve[-1][2] if curve else None
+    (x0, y0, _), (x1, y1, _) = curve[0], curve[-1]
+    if x1 == x0 or y1 <= y0:
+        return curve[0][2]
+    best = max(curve, key=lambda point: (point[1] - y0) / (y1 - y0) - (point[0] - x0) / (x1 - x0))
+    return best[2]
+
+
+def _crawler_pages(trace: Trace) -> array[int]:
+    return array("I", (page for page, is_crawler in zip(trace.pages, trace.crawler, strict=True) if is_crawler))
+
+
+def _lru(pages: array[int], crawler: bytearray | None, sizes: array[int], capacity: int) -> tuple[int, int]:
+    cache: OrderedDict[int, int] = OrderedDict()
+    touch, evict = cache.move_to_end, cache.popitem
+    used = hits = lookups = 0
+    flags = crawler if crawler is not None else _ones(len(pages))
+    for page, counted in zip(pages, flags, strict=True):
+        if counted:
+            lookups += 1
+        if page in cache:
+            touch(page)
+            if counted:
+                hits += 1
+            continue
+        size = sizes[page]
+        if size > capacity:
+            continue
+        cache[page] = size
+        used += size
+        while used > capacity:
+            used -= evict(last=False)[1]
+    return hits, lookups
+
+
+def _clock(pages: array[int], sizes: array[int], capacity: int) -> tuple[int, int]:
+    referenced: OrderedDict[int, bool] = OrderedDict()
+    used = hits = 0
+    for page in pages:
+        if page in referenced:
+            referenced[page] = True
+            hits += 1
+            continue
+        size = sizes[page]
+        if size > capacity:
+            continue
+        while used + size > capacity:
+            victim, second_chance = referenced.popitem(last=False)
+            if second_chance:
+                referenced[victim] = False
+            else:
+                used -= sizes[victim]
+        referenced[page] = False
+        used += size
+    return hits, len(pages)
+
+
+def _random(pages: array[int], sizes: array[int], capacity: int, rng: random.Random) -> tuple[int, int]:
+    slots: list[int] = []
+    where: dict[int, int] = {}
+    used = hits = 0
+    for page in pages:
+        if page in where:
+            hits += 1
+            continue
+        size = sizes[page]
+        if size > capacity:
+            continue
+        while used + size > capacity:
+            index = rng.randrange(len(slots))
+            victim = slots[index]
+            last = slots.pop()
+            if index < len(slots):
+                slots[index] = last
+                where[last] = index
+            del where[victim]
+            used -= sizes[victim]
+        where[page] = len(slots)
+        slots.append(page)
+        used += size
+    return hits, len(pages)
+
+
+def _static(trace: Trace, capacity: int) -> tuple[int, int]:
+    by_day: dict[int, Counter[int]] = {}
+    for page, is_crawler, day in zip(trace.pages, trace.crawler, trace.days, strict=True):
+        if is_crawler:
+            by_day.setdefault(day, Counter())[page] += 1
+    hits = lookups = 0
+    for day, counts in sorted(by_day.items()):
+        chosen: set[int] = set()
+        used = 0
+        for page, _ in (by_day.get(day - 1) or Counter()).most_common():
+            if used + trace.sizes[page] <= capacity:
+                chosen.add(page)
+                used += trace.sizes[page]
+        lookups += sum(counts.values())
+        hits += sum(count for page, count in counts.items() if page in chosen)
+    return hits, lookups
+
+
+def _belady(pages: array[int], crawler: bytearray, sizes: array[int], capacity: int) -> tuple[int, int]:
+    next_use = [0] * len(pages)
+    upcoming: dict[int, int] = {}
+    for index in range(len(pages) - 1, -1, -1):
+        page = pages[index]
+        next_use[index] = upcoming.get(page, _NEVER)
+        if crawler[index]:
+            upcoming[page] = index
+    cached: dict[int, int] = {}
+    farthest: list[tuple[int, int]] = []
+    used = hits = lookups = 0
+    for index, page in enumerate(pages):
+        if crawler[index]:
+            lookups += 1
+        upcoming_use = next_use[index]
+        if page in cached:
+            if crawler[index]:
+                hits += 1
+            cached[page] = upcoming_use
+            heapq.heappush(farthest, (-upcoming_use, page))
+            continue
+        size = sizes[page]
+        if upcoming_use == _NEVER or size > capacity:
+            continue
+        while used + size > capacity and farthest:
+            negative, victim = farthest[0]
+            if cached.get(victim) != -negative:
+                heapq.heappop(farthest)  # stale entry
+                continue
+            if -negative <= upcoming_use:
+                break  # everything cached is needed sooner than this page: do not admit it
+            heapq.heappop(farthest)
+            del cached[victim]
+            used -= sizes[victim]
+        if used + size <= capacity:
+            cached[page] = upcoming_use
+            heapq.heappush(farthest, (-upcoming_use, page))
+            used += size
+    return hits, lookups
+
+
+def _infinite(pages: array[int], crawler: bytearray) -> tuple[int, int]:
+    seen: set[int] = set()
+    hits = lookups = 0
+    for page, is_crawler in zip(pages, crawler, strict=True):
+        if is_crawler:
+            lookups += 1
+            if page in seen:
+                hits += 1
+        seen.add(page)
+    return hits, lookups
+
+
+def _ones(count: int) -> bytes:
+    return b"\x01" * count
+
+
+def _cache_file(path: Path, log_format: str, classifier: Classifier, keys: KeyMaker, cache_dir: Path) -> Path:
+    """The cached trace's name: it changes with the log file, its format and the rules that shaped it."""
+    stat = path.stat()
+    rules = repr(classifier.ruleset) + repr(keys.rules)
+    identity = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{log_format}|{rules}|{TRACE_VERSION}"
+    return cache_dir / (hashlib.blake2b(identity.encode(), digest_size=12).hexdigest() + ".trace")
