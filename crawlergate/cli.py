@@ -96,6 +96,23 @@ def _parser() -> argparse.ArgumentParser:
     _add_settings_flags(serve, cache=True)
     serve.set_defaults(handler=_run_serve)
 
+    simulate = commands.add_parser(
+        "simulate",
+        help="simulate L1 cache policies over an access log, to size memcached",
+        description="Replay a log's cacheable page requests through L1 policies by byte size; only crawler "
+        "requests count as hits or misses.",
+    )
+    simulate.add_argument("log", type=Path, help="an access log (plain or gzipped)")
+    simulate.add_argument("--sizes", type=_sizes, help="L1 sizes, e.g. 120MB,250MB,500MB")
+    simulate.add_argument("--policies", type=_policies, help="comma-separated; default: all")
+    simulate.add_argument("--curve", type=_positive_int, default=10, help="sizes in the hit-ratio curve")
+    simulate.add_argument("--format", default="auto", help="log format (see classify --help)")
+    simulate.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE ('-' for stdout)")
+    simulate.add_argument("--report", type=Path, metavar="FILE.html", help="write the curves as an HTML page")
+    simulate.add_argument("--no-cache", action="store_true", help="parse the log again instead of reusing its trace")
+    _add_settings_flags(simulate)
+    simulate.set_defaults(handler=_run_simulate)
+
     demo = commands.add_parser("demo", help="the demo forum and its synthetic traffic")
     demo_commands = demo.add_subparsers(dest="demo_command", metavar="DEMO_COMMAND", required=True)
     forum = demo_commands.add_parser("forum", help="serve the demo forum (Starlette + SQLite) on its own")
@@ -152,6 +169,43 @@ def _run_serve(args: argparse.Namespace) -> int:
     overrides = _flag_overrides(args)
     settings = _settings(args, overrides)
     return run_proxy(settings, config_path=args.config, overrides=overrides)
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    import time
+
+    from crawlergate.config import default_cache_root
+    from crawlergate.keys import KeyMaker
+    from crawlergate.rules import load_cache_rules, resolve_rule_files, rules_fingerprint
+    from crawlergate.simulate import POLICIES, default_sizes, format_report, load_trace, report_html, run_simulation
+
+    settings = _settings(args)
+    classifier = Classifier.from_settings(settings.classify)
+    classify_settings = settings.classify
+    cache_rules = resolve_rule_files(classify_settings.rules_dir, (settings.cache.rules_file,), ())[0]
+    keys = KeyMaker(load_cache_rules(cache_rules), admin_prefix=settings.admin.prefix)
+    rule_files = resolve_rule_files(
+        classify_settings.rules_dir, classify_settings.rule_files, classify_settings.extra_rules
+    )
+    cache_dir = None if args.no_cache else default_cache_root() / "crawlergate-sim"
+    started = time.perf_counter()
+    with Progress(f"reading {args.log.name}", total=1, unit="B") as progress:
+        trace = load_trace(
+            args.log, classifier, keys, log_format=args.format, cache_dir=cache_dir,
+            rules_fingerprint=rules_fingerprint([*rule_files, cache_rules]), on_progress=_progress_bytes(progress),
+        )  # fmt: skip
+    parsed = time.perf_counter() - started
+    policies = args.policies or list(POLICIES)
+    report = run_simulation(trace, args.sizes or default_sizes(trace), policies, args.curve)
+    print(format_report(report, policies))
+    print(f"\n{trace.lines:,} lines ({trace.malformed:,} malformed, skipped) read in {parsed:.2f} s; "
+          f"all simulations in {time.perf_counter() - started - parsed:.2f} s")  # fmt: skip
+    if args.json:
+        _write_json(args.json, report.as_json())
+    if args.report:
+        _write_text(args.report, report_html(report, policies))
+        print(f"report: {args.report}")
+    return EXIT_OK
 
 
 def _run_demo_forum(args: argparse.Namespace) -> int:
@@ -278,6 +332,35 @@ def _write_json(target: str, data: Any) -> None:
         Path(target).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise CrawlerGateError(f"Cannot write '{target}': {exc.strerror}.") from None
+
+
+def _write_text(target: Path, text: str) -> None:
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CrawlerGateError(f"Cannot write '{target}': {exc.strerror}.") from None
+
+
+def _sizes(text: str) -> list[int]:
+    from crawlergate.config import parse_size
+
+    try:
+        sizes = [parse_size(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"sizes look like 120MB,250MB,500MB, not {text!r}") from None
+    if not sizes or min(sizes) <= 0:
+        raise argparse.ArgumentTypeError(f"sizes must be positive, not {text!r}")
+    return sizes
+
+
+def _policies(text: str) -> list[str]:
+    from crawlergate.simulate import POLICIES
+
+    policies = [item.strip() for item in text.split(",") if item.strip()]
+    unknown = [policy for policy in policies if policy not in POLICIES]
+    if unknown or not policies:
+        raise argparse.ArgumentTypeError(f"unknown policy {', '.join(unknown) or text!r}; known: {', '.join(POLICIES)}")
+    return policies
 
 
 def _fraction(text: str) -> float:

@@ -12,6 +12,7 @@ crawler, its ``names`` tokens only name one that another rule already recognised
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import re
 import tomllib
 from collections.abc import Iterable, Sequence
@@ -73,6 +74,17 @@ def resolve_rule_files(rules_dir: str, rule_files: Sequence[str], extra_rules: S
     """The rule files a ClassifySettings names, as paths."""
     base = Path(rules_dir) if rules_dir else default_rules_dir()
     return [base / name for name in rule_files] + [Path(name) for name in extra_rules]
+
+
+def rules_fingerprint(paths: Iterable[Path]) -> str:
+    """A digest of the rule files' contents: it changes exactly when the rules do."""
+    digest = hashlib.blake2b(digest_size=12)
+    for path in paths:
+        try:
+            digest.update(path.read_bytes())
+        except OSError:
+            digest.update(str(path).encode())
+    return digest.hexdigest()
 
 
 def load_rules(paths: Iterable[Path]) -> RuleSet:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import math
 import os
 import pickle
 import random
@@ -91,10 +90,15 @@ def load_trace(
     *,
     log_format: str = "auto",
     cache_dir: Path | None = None,
+    rules_fingerprint: str = "",
     on_progress: Callable[[int, int], None] | None = None,
 ) -> Trace:
-    """Parse ``path`` into a Trace, or read the one cached for this file, format and rules."""
-    cache_file = _cache_file(path, log_format, classifier, keys, cache_dir) if cache_dir is not None else None
+    """Parse ``path`` into a Trace, or read the one cached for this file, format and rules.
+
+    ``rules_fingerprint`` names the classification and cache rules (``rules.rules_fingerprint``), so
+    a trace parsed under other rules is not reused.
+    """
+    cache_file = _cache_file(path, log_format, rules_fingerprint, cache_dir) if cache_dir is not None else None
     if cache_file is not None and cache_file.exists():
         try:
             with cache_file.open("rb") as handle:
@@ -217,8 +221,11 @@ def size_sweep(trace: Trace, points: int) -> list[int]:
 
 
 def knee(points: Sequence[tuple[int, float]]) -> int | None:
-    """The size past which more memory buys little: the point farthest above the chord of the curve (Kneedle)."""
-    curve = sorted((math.log10(max(size, 1)), ratio, size) for size, ratio in points)
+    """The size past which more memory buys little: the point farthest above the chord of the curve.
+
+    Kneedle (Satopää et al. 2011) on the hit ratio against bytes: hit-ratio curves are concave there.
+    """
+    curve = sorted((float(size), ratio, size) for size, ratio in points)
     if len(curve) < 3:
         return curve[-1][2] if curve else None
     (x0, y0, _), (x1, y1, _) = curve[0], curve[-1]
@@ -378,9 +385,106 @@ def _ones(count: int) -> bytes:
     return b"\x01" * count
 
 
-def _cache_file(path: Path, log_format: str, classifier: Classifier, keys: KeyMaker, cache_dir: Path) -> Path:
+def _cache_file(path: Path, log_format: str, rules: str, cache_dir: Path) -> Path:
     """The cached trace's name: it changes with the log file, its format and the rules that shaped it."""
     stat = path.stat()
-    rules = repr(classifier.ruleset) + repr(keys.rules)
     identity = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{log_format}|{rules}|{TRACE_VERSION}"
     return cache_dir / (hashlib.blake2b(identity.encode(), digest_size=12).hexdigest() + ".trace")
+
+
+@dataclass(slots=True)
+class SimulationReport:
+    """Everything ``crawlergate simulate`` prints, writes as JSON and plots."""
+
+    trace: Trace
+    results: list[PolicyResult]
+    curve: list[PolicyResult]
+    recommended_l1_bytes: int | None
+
+    def as_json(self) -> dict[str, object]:
+        trace = self.trace
+        return {
+            "requests": trace.requests,
+            "unique_pages": trace.unique_pages,
+            "crawler_requests": trace.crawler_requests,
+            "total_page_bytes": trace.total_bytes,
+            "lines": trace.lines,
+            "malformed": trace.malformed,
+            "results": [_result_json(result) for result in self.results],
+            "curve": [_result_json(result) for result in self.curve],
+            "recommended_l1_bytes": self.recommended_l1_bytes,
+        }
+
+
+def default_sizes(trace: Trace) -> list[int]:
+    """The paper's 120/250/500 MB when the log's pages outweigh them, else 10/25/50 % of the pages' bytes."""
+    total = trace.total_bytes
+    if total > 1_000_000_000:
+        return [120_000_000, 250_000_000, 500_000_000]
+    return [max(1, int(total * share)) for share in (0.10, 0.25, 0.50)]
+
+
+def run_simulation(trace: Trace, sizes: Sequence[int], policies: Sequence[str], curve_points: int) -> SimulationReport:
+    """The table for ``sizes``, a size sweep for the curves, and the knee of the lru+human curve."""
+    results = [simulate(trace, policy, size) for size in sizes for policy in policies]
+    curve = [simulate(trace, policy, size) for size in size_sweep(trace, curve_points) for policy in policies]
+    basis = "lru+human" if "lru+human" in policies else (policies[0] if policies else "lru")
+    recommended = knee([(result.size_bytes, result.hit_ratio) for result in curve if result.policy == basis])
+    return SimulationReport(trace, results, curve, recommended)
+
+
+def format_report(report: SimulationReport, policies: Sequence[str]) -> str:
+    """The paper's Table 5: crawler hit ratio per L1 size (rows) and policy (columns)."""
+    trace = report.trace
+    lines = [
+        f"{trace.requests:,} cacheable page requests ({trace.crawler_requests:,} from crawlers) "
+        f"to {trace.unique_pages:,} pages of {trace.total_bytes / 1e6:,.1f} MB in all",
+        "",
+        f"{'L1 size':>10}" + "".join(f"{policy:>11}" for policy in policies),
+    ]
+    for size in dict.fromkeys(result.size_bytes for result in report.results):
+        row = {result.policy: result.hit_ratio for result in report.results if result.size_bytes == size}
+        lines.append(f"{_size(size):>10}" + "".join(f"{row[policy]:>11.2%}" for policy in policies))
+    if report.recommended_l1_bytes is not None:
+        lines += ["", f"recommended L1 size: {_size(report.recommended_l1_bytes)} (the knee of the lru+human curve)"]
+    return "\n".join(lines)
+
+
+def report_html(report: SimulationReport, policies: Sequence[str]) -> str:
+    from crawlergate.plot import html_page, html_table, line_chart
+
+    series = {
+        policy: [(float(r.size_bytes), r.hit_ratio) for r in report.curve if r.policy == policy] for policy in policies
+    }
+    rows = []
+    for size in dict.fromkeys(result.size_bytes for result in report.results):
+        row = {result.policy: result.hit_ratio for result in report.results if result.size_bytes == size}
+        rows.append([_size(size), *(f"{row[policy]:.2%}" for policy in policies)])
+    recommended = _size(report.recommended_l1_bytes) if report.recommended_l1_bytes else "n/a"
+    return html_page(
+        "crawlergate simulate",
+        [
+            (
+                "Crawler hit ratio by L1 size",
+                line_chart(series, x_label="L1 size (bytes)", y_label="crawler hit ratio", log_x=True, y_percent=True),
+            ),
+            ("Table", html_table(["L1 size", *policies], rows) + f"<p>Recommended L1 size: {recommended}</p>"),
+        ],
+    )
+
+
+def _result_json(result: PolicyResult) -> dict[str, object]:
+    return {
+        "policy": result.policy,
+        "size_bytes": result.size_bytes,
+        "hit_ratio": round(result.hit_ratio, 6),
+        "hits": result.hits,
+        "lookups": result.lookups,
+    }
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.4g} {unit}"
+    return f"{size} B"

@@ -20,7 +20,7 @@ import math
 import random
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +74,10 @@ class TraceSpec:
     static_share: float = 0.3
     zipf_exponent: float = 1.0
     page_cost_us: int = 20_000
+    # Crawlers follow where humans go (the paper's premise for human-induced prefetching): this share
+    # of crawler requests revisits a page people viewed within the last `follow_window_s`.
+    follow_share: float = 0.5
+    follow_window_s: float = 3600.0
     seed: int = 2012
 
 
@@ -112,9 +116,12 @@ def write_trace(
     """Write the trace, sorted by time; returns the number of lines."""
     rng = random.Random(spec.seed)
     crawler_views = round(spec.requests * spec.crawler_share)
-    streams = [_humans(spec, structure, spec.requests - crawler_views, random.Random(rng.random()))]
+    humans = list(_humans(spec, structure, spec.requests - crawler_views, random.Random(rng.random())))
+    viewed = [(when, line.target) for when, line in humans if line.method == "GET" and line.target.startswith("/show")]
+    recent = ([when for when, _ in viewed], [target for _, target in viewed])
+    streams: list[Iterable[tuple[float, _Line]]] = [humans]
     for user_agent, count in _split(crawler_views, CRAWLERS):
-        streams.append(_crawler(spec, structure, user_agent, count, random.Random(rng.random())))
+        streams.append(_crawler(spec, structure, user_agent, count, random.Random(rng.random()), recent))
     lines = 0
     with path.open("w", encoding="utf-8") as handle:
         for when, line in heapq.merge(*streams):
@@ -138,9 +145,19 @@ class _Line:
 
 
 def _crawler(
-    spec: TraceSpec, structure: ForumStructure, user_agent: str, count: int, rng: random.Random
+    spec: TraceSpec,
+    structure: ForumStructure,
+    user_agent: str,
+    count: int,
+    rng: random.Random,
+    recent: tuple[list[float], list[str]],
 ) -> Iterator[tuple[float, _Line]]:
-    """A breadth-first sweep from the front page at a near-uniform pace, with bursts; restarts when done."""
+    """A breadth-first sweep from the front page at a near-uniform pace, with bursts; restarts when done.
+
+    Some requests instead revisit a page people viewed recently (found from the front page's list
+    of active threads): that is what makes human-induced prefetching pay.
+    """
+    times, targets = recent
     if count <= 0:
         return
     host = f"66.249.{rng.randrange(64, 80)}.{rng.randrange(1, 255)}"
@@ -151,8 +168,14 @@ def _crawler(
     while emitted < count:
         burst = rng.randrange(2, 8) if rng.random() < 0.05 else 1
         for _ in range(min(burst, count - emitted)):
+            moment = TRACE_START + when
             target = next(urls)
-            yield TRACE_START + when, _page_line("GET", target, user_agent, "-", host, spec, rng)
+            if rng.random() < spec.follow_share:
+                newest = bisect.bisect_right(times, moment)
+                oldest = bisect.bisect_left(times, moment - spec.follow_window_s)
+                if oldest < newest:
+                    target = targets[rng.randrange(oldest, newest)]
+            yield moment, _page_line("GET", target, user_agent, "-", host, spec, rng)
             emitted += 1
             when += interval * (0.05 if burst > 1 else rng.uniform(0.7, 1.3))
 
