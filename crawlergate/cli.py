@@ -359,7 +359,8 @@ def _policies(text: str) -> list[str]:
     policies = [item.strip() for item in text.split(",") if item.strip()]
     unknown = [policy for policy in policies if policy not in POLICIES]
     if unknown or not policies:
-        raise argparse.ArgumentTypeError(f"unknown policy {', '.join(unknown) or text!r}; known: {', '.join(POLICIES)}")
+        named = ", ".join(unknown) or repr(text)
+        raise argparse.ArgumentTypeError(f"unknown policy {named}; known: {', '.join(POLICIES)}")
     return policies
 
 
