@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crawlergate.classify import Classifier
+from crawlergate.errors import ConfigError
 from crawlergate.keys import KeyMaker
 from crawlergate.logparse import LogFormat, LogReader, parse_log_time, split_request
 
@@ -98,6 +99,10 @@ def load_trace(
     ``rules_fingerprint`` names the classification and cache rules (``rules.rules_fingerprint``), so
     a trace parsed under other rules is not reused.
     """
+    try:
+        path.stat()
+    except OSError as exc:
+        raise ConfigError(f"Log file '{path}' cannot be read: {exc.strerror}.") from None
     cache_file = _cache_file(path, log_format, rules_fingerprint, cache_dir) if cache_dir is not None else None
     if cache_file is not None and cache_file.exists():
         try:
