@@ -27,6 +27,8 @@ MAX_TARGET_CHARS = 2048
 KEY_MEMO_SIZE = 65536
 
 _ESCAPE = re.compile(rb"%([0-9A-Fa-f]{2})")
+# Queries made only of these need no decoding or re-encoding.
+_PLAIN_QUERY = re.compile(r"[A-Za-z0-9\-._~=&]*")
 # Most paths are already in normal form (no escapes, no dot segments): they skip the work.
 _ALREADY_NORMAL = re.compile(rb"/[A-Za-z0-9\-._~/:@!$&'()*+,;=]*")
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -83,19 +85,25 @@ class KeyMaker:
         """Sorted, re-encoded parameters that count for this path; the others are dropped."""
         if not query_string:
             return ""
-        try:
-            pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, encoding="utf-8", errors="strict")
-        except (UnicodeDecodeError, ValueError):
-            pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True, encoding="latin-1")
+        text = query_string.decode("latin-1")
         keep = self._rules.keep_params.get(path)
-        drop = self._rules.drop_params
-        counted = [
-            (name, value)
-            for name, value in pairs
-            if (keep is None or name.lower() in keep) and (drop is None or drop.fullmatch(name) is None)
-        ]
-        counted.sort()
+        if _PLAIN_QUERY.fullmatch(text):
+            # Nothing to decode or re-encode (the common case): split, filter and sort as they stand.
+            pairs = [part.partition("=")[::2] for part in text.split("&") if part]
+            counted = sorted((name, value) for name, value in pairs if self._counts(name, keep))
+            return "&".join(f"{name}={value}" for name, value in counted)
+        try:
+            decoded = parse_qsl(text, keep_blank_values=True, encoding="utf-8", errors="strict")
+        except (UnicodeDecodeError, ValueError):
+            decoded = parse_qsl(text, keep_blank_values=True, encoding="latin-1")
+        counted = sorted((name, value) for name, value in decoded if self._counts(name, keep))
         return "&".join(f"{quote(name, safe='')}={quote(value, safe='')}" for name, value in counted)
+
+    def _counts(self, name: str, keep: frozenset[str] | None) -> bool:
+        if keep is not None and name.lower() not in keep:
+            return False
+        drop = self._rules.drop_params
+        return drop is None or drop.fullmatch(name) is None
 
 
 def normalise_path(raw_path: bytes) -> str | None:

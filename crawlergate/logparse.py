@@ -216,19 +216,29 @@ class LogReader:
     def __iter__(self) -> Iterator[LogRecord]:
         return self._parsed(self.format.parse)
 
-    def field_rows(self) -> Iterator[list[FieldRow]]:
-        """The log as lists of ``LogFormat.field_rows`` tuples, one list per block of lines."""
+    def field_rows(self, start: int = 0, end: int | None = None) -> Iterator[list[FieldRow]]:
+        """The log as lists of ``LogFormat.field_rows`` tuples, one list per block of lines.
+
+        ``start``/``end`` read only the lines that begin within those byte offsets of a plain
+        (not gzipped) file, so several processes can share one log.
+        """
         field_rows = self.format.field_rows
-        for block in self._blocks():
+        for block in self._blocks(start, end):
             rows = field_rows(block)
             lines = block.count("\n") + (not block.endswith("\n"))
             self.lines += lines
-            self.malformed += lines - len(rows) - _blank_lines(block)
+            if len(rows) != lines:
+                self.malformed += lines - len(rows) - _blank_lines(block)
             yield rows
 
-    def _blocks(self) -> Iterator[str]:
+    def _blocks(self, start: int = 0, end: int | None = None) -> Iterator[str]:
         """The log as text blocks of whole lines (about 4 MB each)."""
         with self._open() as (raw, stream, total):
+            if start or end is not None:
+                if stream is not raw:
+                    raise ConfigError(f"Log file '{self.path}' is compressed; it cannot be read in parts.")
+                yield from self._range_blocks(raw, start, total if end is None else end)
+                return
             rest = b""
             try:
                 while chunk := stream.read(BLOCK_BYTES):
@@ -247,6 +257,30 @@ class LogReader:
                 yield rest.decode("utf-8", "replace")
             if self._on_progress is not None:
                 self._on_progress(total, total)
+
+    def _range_blocks(self, raw: BinaryIO, start: int, end: int) -> Iterator[str]:
+        # A line belongs to the range its first byte is in.
+        if start > 0:
+            raw.seek(start - 1)
+            if raw.read(1) != b"\n":
+                raw.readline()
+        position = raw.tell()
+        rest = b""
+        while position < end or rest:
+            chunk = raw.read(BLOCK_BYTES) if position < end else b""
+            offset, position = position, position + len(chunk)
+            data = rest + chunk
+            if position >= end or not chunk:
+                cut = data.find(b"\n", max(0, end - 1 - (offset - len(rest))))
+                data = data if cut < 0 else data[: cut + 1]
+                if data:
+                    yield data.decode("utf-8", "replace")
+                return
+            head, newline, rest = data.rpartition(b"\n")
+            if newline:
+                yield (head + newline).decode("utf-8", "replace")
+            else:
+                rest = data
 
     @contextlib.contextmanager
     def _open(self) -> Iterator[tuple[BinaryIO, BinaryIO, int]]:

@@ -23,14 +23,18 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import itertools
+import multiprocessing
 import os
 import pickle
 import random
 from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from crawlergate.classify import Classifier
 from crawlergate.errors import ConfigError
@@ -39,7 +43,7 @@ from crawlergate.logparse import LogFormat, LogReader, parse_log_time, split_req
 
 POLICIES = ("lru", "lru+human", "clock", "random", "static", "min", "infinite")
 # Bumped when the cached trace's layout changes, so old files are ignored.
-TRACE_VERSION = 1
+TRACE_VERSION = 2
 _NEVER = 1 << 62
 
 
@@ -49,7 +53,7 @@ class Trace:
 
     pages: array[int]  # page number of each request
     crawler: bytearray  # 1 for a crawler request, 0 for a human one
-    days: array[int]  # day (since the first request) of each request
+    day_runs: list[tuple[int, int]]  # (index of the first request of a run, its day since the first day)
     sizes: array[int]  # bytes of each page, from the log's byte field
     targets: list[str]  # the page of each page number
     lines: int
@@ -132,23 +136,78 @@ def parse_trace(
     *,
     log_format: str = "auto",
     on_progress: Callable[[int, int], None] | None = None,
+    workers: int | None = None,
 ) -> Trace:
     """One pass over the log: cacheable GET/HEAD requests answered 200, as page numbers and class bits.
 
-    A page's size is the byte count of its first request in the log.
+    A page's size is the byte count of its first request in the log. A large plain log is cut into
+    byte ranges parsed by ``workers`` processes (default: one per core); a gzipped one is read in one.
     """
+    size = path.stat().st_size
+    workers = workers or os.cpu_count() or 1
+    with path.open("rb") as handle:
+        compressed = handle.read(2) == b"\x1f\x8b"
+    if workers < 2 or compressed or size < PARALLEL_MIN_BYTES:
+        part = _parse_part(path, classifier, keys, log_format, None, None, on_progress)
+        return _merge([part])
+    cuts = [size * index // workers for index in range(workers + 1)]
+    _FORK_STATE[:] = [classifier, keys]  # forked workers find them here: neither pickles
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = [pool.submit(_parse_forked, path, log_format, a, b) for a, b in itertools.pairwise(cuts)]
+            for done, _ in enumerate(as_completed(futures), start=1):
+                if on_progress is not None:
+                    on_progress(size * done // workers, size)
+            parts = [future.result() for future in futures]
+    finally:
+        _FORK_STATE.clear()
+    return _merge(parts)
+
+
+# Below this a log is parsed in one process: starting workers would cost more than they save.
+PARALLEL_MIN_BYTES = 32 * 1024 * 1024
+_FORK_STATE: list[Any] = []
+
+
+@dataclass(slots=True)
+class _Part:
+    """A byte range of the log, parsed: pages numbered locally, days absolute (Unix time // 86400)."""
+
+    targets: list[str]
+    sizes: array[int]
+    pages: array[int]
+    crawler: bytearray
+    day_runs: list[tuple[int, int]]
+    lines: int
+    malformed: int
+
+
+def _parse_forked(path: Path, log_format: str, start: int, end: int) -> _Part:
+    classifier, keys = _FORK_STATE
+    return _parse_part(path, classifier, keys, log_format, start, end, None)
+
+
+def _parse_part(
+    path: Path,
+    classifier: Classifier,
+    keys: KeyMaker,
+    log_format: str,
+    start: int | None,
+    end: int | None,
+    on_progress: Callable[[int, int], None] | None,
+) -> _Part:
     reader = LogReader(path, LogFormat(log_format), on_progress=on_progress)
     # Per-run memos: a log repeats its request lines and user agents, so each is handled once.
     page_of: dict[str, int | None] = {}
     is_crawler: dict[str, int] = {}
     numbers: dict[str, int] = {}
-    pages, days, sizes = array("I"), array("H"), array("I")
+    pages, sizes = array("I"), array("I")
+    day_runs: list[tuple[int, int]] = []
     crawler = bytearray()
     targets: list[str] = []
-    first_day: int | None = None
-    last_when, last_date, last_day = "", "", 0
-    add_page, add_day, add_class = pages.append, days.append, crawler.append
-    for rows in reader.field_rows():
+    last_when, last_date, last_day = "", "", -1
+    add_page, add_class = pages.append, crawler.append
+    for rows in reader.field_rows(start or 0, end):
         for request, status, size, user_agent, when in rows:
             if status != "200":
                 continue
@@ -162,18 +221,17 @@ def parse_trace(
                 last_when = when
                 if when[:11] != last_date:
                     stamp = parse_log_time(when[:11] + ":12:00:00 +0000") if when else 0.0
-                    day = int((stamp or 0.0) // 86_400)
-                    if first_day is None:
-                        first_day = day
-                    last_date, last_day = when[:11], min(max(0, day - first_day), 65_535)
+                    last_date, day = when[:11], int((stamp or 0.0) // 86_400)
+                    if day != last_day or not day_runs:
+                        day_runs.append((len(pages), day))
+                        last_day = day
             bit = is_crawler.get(user_agent)
             if bit is None:
                 agent = user_agent.replace('\\"', '"') if "\\" in user_agent else user_agent
                 bit = is_crawler[user_agent] = 1 if classifier.classify(agent).is_crawler else 0
             add_page(number)
-            add_day(last_day)
             add_class(bit)
-    return Trace(pages, crawler, days, sizes, targets, reader.lines, reader.malformed)
+    return _Part(targets, sizes, pages, crawler, day_runs, reader.lines, reader.malformed)
 
 
 def _page_number(
@@ -193,6 +251,35 @@ def _page_number(
         targets.append(key.target)
         sizes.append(int(size) if size.isdigit() else 0)
     return number
+
+
+def _merge(parts: list[_Part]) -> Trace:
+    """One trace from the parts, in log order: global page numbers, days counted from the first."""
+    numbers: dict[str, int] = {}
+    targets: list[str] = []
+    sizes, pages = array("I"), array("I")
+    crawler = bytearray()
+    day_runs: list[tuple[int, int]] = []
+    first_day = min((day for part in parts for _, day in part.day_runs), default=0)
+    for part in parts:
+        remap = array("I")
+        for target, size in zip(part.targets, part.sizes, strict=True):
+            number = numbers.get(target)
+            if number is None:
+                number = numbers[target] = len(targets)
+                targets.append(target)
+                sizes.append(size)
+            remap.append(number)
+        for start, day in part.day_runs:
+            if not day_runs or day_runs[-1][1] != day - first_day:  # a part may start within a day
+                day_runs.append((len(pages) + start, day - first_day))
+        if remap == array("I", range(len(remap))):
+            pages.extend(part.pages)
+        else:
+            pages.extend(array("I", map(remap.__getitem__, part.pages)))
+        crawler.extend(part.crawler)
+        part.pages = array("I")  # let it go before the next part grows the merged arrays
+    return Trace(pages, crawler, day_runs, sizes, targets, sum(p.lines for p in parts), sum(p.malformed for p in parts))
 
 
 def simulate(trace: Trace, policy: str, size_bytes: int, *, seed: int = 2012) -> PolicyResult:
@@ -317,9 +404,11 @@ def _random(pages: array[int], sizes: array[int], capacity: int, rng: random.Ran
 
 def _static(trace: Trace, capacity: int) -> tuple[int, int]:
     by_day: dict[int, Counter[int]] = {}
-    for page, is_crawler, day in zip(trace.pages, trace.crawler, trace.days, strict=True):
-        if is_crawler:
-            by_day.setdefault(day, Counter())[page] += 1
+    ends = [start for start, _ in trace.day_runs[1:]] + [len(trace.pages)]
+    for (start, day), end in zip(trace.day_runs, ends, strict=True):
+        counts = by_day.setdefault(day, Counter())
+        chosen = zip(trace.pages[start:end], trace.crawler[start:end], strict=True)
+        counts.update(page for page, is_crawler in chosen if is_crawler)
     hits = lookups = 0
     for day, counts in sorted(by_day.items()):
         chosen: set[int] = set()

@@ -23,12 +23,16 @@ def _trace(pages: list[int], crawler: list[int] | None = None, days: list[int] |
     return Trace(
         pages=array("I", pages),
         crawler=bytearray(crawler if crawler is not None else [1] * count),
-        days=array("H", days or [0] * count),
+        day_runs=_runs(days or [0] * count),
         sizes=array("I", [size] * (max(pages) + 1)),
         targets=[f"/p{page}" for page in range(max(pages) + 1)],
         lines=count,
         malformed=0,
     )
+
+
+def _runs(days: list[int]) -> list[tuple[int, int]]:
+    return [(index, day) for index, day in enumerate(days) if index == 0 or days[index - 1] != day]
 
 
 def test_simulate_lru_on_the_textbook_string() -> None:
@@ -189,3 +193,26 @@ def test_cli_simulate_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
         main(["simulate", "x.log", "--policies", "fifo"])
     assert "unknown policy fifo" in capsys.readouterr().err
     assert main(["simulate", "/nonexistent.log"]) == 2
+
+
+def test_parse_trace_in_parallel_equals_one_pass(tmp_path: Path, parsing, monkeypatch: pytest.MonkeyPatch) -> None:
+    from crawlergate import simulate as simulate_module
+
+    log = tmp_path / "access.log"
+    days = ["10/Oct/2000", "11/Oct/2000", "12/Oct/2000"]
+    with log.open("w") as handle:
+        for n in range(3000):
+            line = _line(GOOGLEBOT if n % 4 else FIREFOX, f"/t/{(n * 7) % 211}?page={n % 3}", size=100 + n % 50)
+            handle.write(line.replace("10/Oct/2000", days[n * 3 // 3000]))
+        handle.write("a malformed line\n")
+    monkeypatch.setattr(simulate_module, "PARALLEL_MIN_BYTES", 0)
+    one = parse_trace(log, *parsing, workers=1)
+    three = parse_trace(log, *parsing, workers=3)
+    assert (one.targets, list(one.pages), one.crawler, one.day_runs) == (
+        three.targets,
+        list(three.pages),
+        three.crawler,
+        three.day_runs,
+    )
+    assert one.day_runs == [(0, 0), (1000, 1), (2000, 2)]
+    assert (three.lines, three.malformed) == (3001, 1)
