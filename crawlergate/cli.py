@@ -96,6 +96,27 @@ def _parser() -> argparse.ArgumentParser:
     _add_settings_flags(serve, cache=True)
     serve.set_defaults(handler=_run_serve)
 
+    replay = commands.add_parser(
+        "replay",
+        help="replay an access log's requests against a server and time them",
+        description="Send a log's GET/HEAD requests with their user agents to TARGET: as fast as possible "
+        "(--concurrency) or at the log's pace (--speed, open loop). Reports TTFB per class and outcome.",
+    )
+    replay.add_argument("log", type=Path, help="an access log (plain or gzipped)")
+    replay.add_argument("--target", required=True, help="base URL to send the requests to")
+    replay.add_argument("--compare", metavar="URL2", help="replay the same requests against URL2 too, and compare")
+    replay.add_argument("--concurrency", type=_positive_int, default=16, help="clients in closed-loop mode")
+    replay.add_argument("--speed", type=_positive_float, help="open loop at the log's pace times SPEED")
+    replay.add_argument("--limit", type=_positive_int, help="replay at most this many requests")
+    replay.add_argument("--path", help="only targets matching this regular expression")
+    replay.add_argument("--class", dest="kind", choices=("crawler", "human"), help="only this class")
+    replay.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds per request")
+    replay.add_argument("--format", default="auto", help="log format (see classify --help)")
+    replay.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE ('-' for stdout)")
+    replay.add_argument("--report", type=Path, metavar="FILE.html", help="write plots as an HTML page")
+    _add_settings_flags(replay)
+    replay.set_defaults(handler=_run_replay)
+
     simulate = commands.add_parser(
         "simulate",
         help="simulate L1 cache policies over an access log, to size memcached",
@@ -169,6 +190,47 @@ def _run_serve(args: argparse.Namespace) -> int:
     overrides = _flag_overrides(args)
     settings = _settings(args, overrides)
     return run_proxy(settings, config_path=args.config, overrides=overrides)
+
+
+def _run_replay(args: argparse.Namespace) -> int:
+    import asyncio
+    import re
+
+    from crawlergate.replay import comparison, format_summary, replay, report_html, requests_from_log
+
+    for url in filter(None, (args.target, args.compare)):
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise CrawlerGateError(f"Target '{url}' must be an http:// or https:// URL.")
+    try:
+        pattern = re.compile(args.path).search if args.path else None
+    except re.error as exc:
+        raise CrawlerGateError(f"--path {args.path!r} is not a regular expression: {exc}.") from None
+    classifier = Classifier.from_settings(_settings(args).classify)
+    reader = LogReader(args.log, LogFormat(args.format))
+    requests = requests_from_log(reader, classifier, limit=args.limit, path_pattern=pattern, kind=args.kind)
+    if not requests:
+        raise CrawlerGateError(f"No GET/HEAD requests to replay in '{args.log}' (after filters).")
+    mode = f"open loop at {args.speed:g}x the log's pace" if args.speed else f"{args.concurrency} clients"
+    print(
+        f"replaying {len(requests):,} requests ({reader.malformed:,} malformed lines skipped), {mode}", file=sys.stderr
+    )
+    results = []
+    for url in filter(None, (args.target, args.compare)):
+        with Progress(f"replay against {url}", total=len(requests), unit=" requests") as progress:
+            result = asyncio.run(
+                replay(
+                    requests, url, concurrency=args.concurrency, speed=args.speed, timeout_s=args.timeout,
+                    on_progress=lambda done, _: progress.update(done),
+                )
+            )  # fmt: skip
+        results.append(result)
+    print(format_summary(results))
+    if args.json:
+        _write_json(args.json, comparison(results) if len(results) == 2 else results[0].summary())
+    if args.report:
+        _write_text(args.report, report_html(results))
+        print(f"report: {args.report}")
+    return EXIT_OK
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
@@ -362,6 +424,16 @@ def _policies(text: str) -> list[str]:
         named = ", ".join(unknown) or repr(text)
         raise argparse.ArgumentTypeError(f"unknown policy {named}; known: {', '.join(POLICIES)}")
     return policies
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
+    return value
 
 
 def _fraction(text: str) -> float:

@@ -407,8 +407,8 @@ def _static(trace: Trace, capacity: int) -> tuple[int, int]:
     ends = [start for start, _ in trace.day_runs[1:]] + [len(trace.pages)]
     for (start, day), end in zip(trace.day_runs, ends, strict=True):
         counts = by_day.setdefault(day, Counter())
-        chosen = zip(trace.pages[start:end], trace.crawler[start:end], strict=True)
-        counts.update(page for page, is_crawler in chosen if is_crawler)
+        requests = zip(trace.pages[start:end], trace.crawler[start:end], strict=True)
+        counts.update(page for page, is_crawler in requests if is_crawler)
     hits = lookups = 0
     for day, counts in sorted(by_day.items()):
         chosen: set[int] = set()

@@ -1,0 +1,299 @@
+"""Log replay: send an access log's GET/HEAD requests to a server, with their user agents, and time them.
+
+Two modes. Closed loop (``concurrency``): N clients send requests back to back, as fast as the
+server answers, which measures throughput. Open loop (``speed``): each request is sent at its own
+time in the log, scaled by ``speed``, whether or not earlier ones have finished, and its latency
+is counted from that scheduled time, so a slow server cannot hide its queue behind a slow client
+(coordinated omission, Tene's wrk2). Every request is classified exactly as the gate does, and
+timed to its first body byte (TTFB) and to its last. Errors and timeouts are counted, never fatal.
+
+    result = await replay(requests, "http://127.0.0.1:8080", concurrency=16)
+    result.summary()["crawler"]["ttfb_ms"]["p50"]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from crawlergate.classify import Classifier
+from crawlergate.logparse import LogRecord
+
+# Open-loop replay never has more requests than this in flight: a bound on this process's memory
+# and sockets. A server slower than the schedule makes requests wait here, and their latency, counted
+# from the schedule, shows it.
+MAX_IN_FLIGHT = 512
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """One request to replay: method, target, user agent, class, and when the log says it came."""
+
+    method: str
+    target: str
+    user_agent: str
+    kind: str
+    offset_s: float
+
+
+@dataclass(slots=True)
+class Sample:
+    kind: str
+    outcome: str
+    status: int
+    ttfb_ms: float
+    total_ms: float
+    finished_s: float
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    """Samples of one replay against one target."""
+
+    target: str
+    duration_s: float = 0.0
+    samples: list[Sample] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def requests(self) -> int:
+        return len(self.samples) + sum(self.errors.values())
+
+    def summary(self) -> dict[str, Any]:
+        """The replay JSON of the DESIGN contract, plus outcomes and totals."""
+        classes: dict[str, Any] = {}
+        for kind in ("crawler", "human"):
+            chosen = [sample for sample in self.samples if sample.kind == kind]
+            classes[kind] = {
+                "count": len(chosen),
+                "ttfb_ms": _percentiles([sample.ttfb_ms for sample in chosen]),
+                "total_ms": _percentiles([sample.total_ms for sample in chosen]),
+                "outcomes": dict(Counter(sample.outcome for sample in chosen)),
+                "statuses": {str(k): v for k, v in sorted(Counter(s.status for s in chosen).items())},
+            }
+        return {
+            "target": self.target,
+            "requests": self.requests,
+            "errors": sum(self.errors.values()),
+            "error_kinds": dict(self.errors),
+            "duration_s": round(self.duration_s, 3),
+            "throughput_rps": round(len(self.samples) / self.duration_s, 2) if self.duration_s else 0.0,
+            **classes,
+        }
+
+    def throughput_over_time(self, buckets: int = 60) -> list[tuple[float, float]]:
+        """(seconds since start, completed requests per second) in ``buckets`` intervals."""
+        if not self.samples or self.duration_s <= 0:
+            return []
+        width = self.duration_s / buckets
+        counts = Counter(min(int(sample.finished_s / width), buckets - 1) for sample in self.samples)
+        return [(index * width, counts.get(index, 0) / width) for index in range(buckets)]
+
+
+def requests_from_log(
+    records: Iterable[LogRecord],
+    classifier: Classifier,
+    *,
+    limit: int | None = None,
+    path_pattern: Callable[[str], object] | None = None,
+    kind: str | None = None,
+) -> list[ReplayRequest]:
+    """The GET/HEAD requests of a log to replay, classified as the gate does, filtered."""
+    chosen: list[ReplayRequest] = []
+    first: float | None = None
+    for record in records:
+        if record.method not in ("GET", "HEAD"):
+            continue
+        if path_pattern is not None and not path_pattern(record.target):
+            continue
+        verdict = classifier.classify(record.user_agent).kind
+        if kind is not None and verdict != kind:
+            continue
+        first = record.timestamp if first is None else first
+        chosen.append(ReplayRequest(record.method, record.target, record.user_agent, verdict, record.timestamp - first))
+        if limit is not None and len(chosen) >= limit:
+            break
+    return chosen
+
+
+async def replay(
+    requests: Sequence[ReplayRequest],
+    base_url: str,
+    *,
+    concurrency: int = 16,
+    speed: float | None = None,
+    timeout_s: float = 30.0,
+    on_progress: Callable[[int, int], None] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> ReplayResult:
+    """Replay ``requests`` against ``base_url``: closed loop with ``concurrency`` clients, or open loop at ``speed``."""
+    result = ReplayResult(target=base_url)
+    connections = MAX_IN_FLIGHT if speed is not None else concurrency
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    async with httpx.AsyncClient(
+        base_url=base_url, timeout=timeout_s, limits=limits, transport=transport, follow_redirects=False
+    ) as client:
+        started = time.perf_counter()
+        done = 0
+
+        async def one(request: ReplayRequest, scheduled: float) -> None:
+            nonlocal done
+            await _send(client, request, scheduled, started, result)
+            done += 1
+            if on_progress is not None and (done % 200 == 0 or done == len(requests)):
+                on_progress(done, len(requests))
+
+        if speed is None:
+            queue = iter(requests)
+
+            async def worker() -> None:
+                for request in queue:
+                    await one(request, time.perf_counter())
+
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, max(len(requests), 1)))))
+        else:
+            gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+            tasks = []
+            for request in requests:
+                scheduled = started + request.offset_s / speed
+                delay = scheduled - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await gate.acquire()
+                task = asyncio.create_task(one(request, scheduled))
+                task.add_done_callback(lambda _: gate.release())
+                tasks.append(task)
+            await asyncio.gather(*tasks)
+        result.duration_s = time.perf_counter() - started
+    return result
+
+
+async def _send(
+    client: httpx.AsyncClient, request: ReplayRequest, scheduled: float, started: float, result: ReplayResult
+) -> None:
+    headers = {"user-agent": request.user_agent, "accept-encoding": "gzip"}
+    try:
+        async with client.stream(request.method, request.target, headers=headers) as response:
+            first_byte: float | None = None
+            async for _ in response.aiter_raw():
+                if first_byte is None:
+                    first_byte = time.perf_counter()
+            finished = time.perf_counter()
+            first_byte = first_byte or finished
+            result.samples.append(
+                Sample(
+                    kind=request.kind,
+                    outcome=response.headers.get("x-crawlergate", "none"),
+                    status=response.status_code,
+                    ttfb_ms=(first_byte - scheduled) * 1000,
+                    total_ms=(finished - scheduled) * 1000,
+                    finished_s=finished - started,
+                )
+            )
+    except httpx.TimeoutException:
+        result.errors["timeout"] += 1
+    except httpx.HTTPError as exc:
+        result.errors[type(exc).__name__] += 1
+    except OSError as exc:
+        result.errors[type(exc).__name__] += 1
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": 0.0, "p90": 0.0, "p99": 0.0, "mean": 0.0}
+    ordered = sorted(values)
+
+    def rank(fraction: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
+
+    return {
+        "p50": round(rank(0.50), 3),
+        "p90": round(rank(0.90), 3),
+        "p99": round(rank(0.99), 3),
+        "mean": round(sum(ordered) / len(ordered), 3),
+    }
+
+
+def format_summary(results: Sequence[ReplayResult]) -> str:
+    """A table of throughput and TTFB per class for each target, with ratios when there are two."""
+    summaries = [result.summary() for result in results]
+    lines = [f"{'':<26}" + "".join(f"{summary['target'][:28]:>30}" for summary in summaries)]
+
+    def row(label: str, values: list[str]) -> None:
+        lines.append(f"{label:<26}" + "".join(f"{value:>30}" for value in values))
+
+    row("requests (errors)", [f"{s['requests']:,} ({s['errors']:,})" for s in summaries])
+    row("throughput (requests/s)", [f"{s['throughput_rps']:,.1f}" for s in summaries])
+    for kind in ("crawler", "human"):
+        for stat in ("p50", "p99", "mean"):
+            row(f"{kind} TTFB {stat} (ms)", [f"{s[kind]['ttfb_ms'][stat]:,.2f}" for s in summaries])
+        row(f"{kind} outcomes", [_outcomes(s[kind]["outcomes"]) for s in summaries])
+    if len(summaries) == 2:
+        first, second = summaries
+        lines.append("")
+        lines.append(f"throughput: {_ratio(second['throughput_rps'], first['throughput_rps'])} (second / first)")
+        for kind in ("crawler", "human"):
+            a, b = first[kind]["ttfb_ms"]["mean"], second[kind]["ttfb_ms"]["mean"]
+            lines.append(f"{kind} mean TTFB: {_ratio(a, b)} faster through the second ({a:,.2f} → {b:,.2f} ms)")
+    return "\n".join(lines)
+
+
+def comparison(results: Sequence[ReplayResult]) -> dict[str, Any]:
+    """The --compare JSON: both summaries and the ratios (the paper's Figures 8 and 9)."""
+    first, second = (result.summary() for result in results)
+    ratios = {
+        "throughput": _safe_ratio(second["throughput_rps"], first["throughput_rps"]),
+        **{
+            f"{kind}_mean_ttfb_speedup": _safe_ratio(first[kind]["ttfb_ms"]["mean"], second[kind]["ttfb_ms"]["mean"])
+            for kind in ("crawler", "human")
+        },
+    }
+    return {"first": first, "second": second, "ratios": ratios}
+
+
+def report_html(results: Sequence[ReplayResult]) -> str:
+    from crawlergate.plot import bar_chart, html_page, html_table, line_chart
+
+    sections = [("Summary", "<pre>" + format_summary(results).replace("<", "&lt;") + "</pre>")]
+    for result in results:
+        cdf = {}
+        for kind in ("crawler", "human"):
+            values = sorted(sample.ttfb_ms for sample in result.samples if sample.kind == kind)
+            step = max(1, len(values) // 200)
+            cdf[kind] = [(max(value, 0.01), (index + 1) / len(values)) for index, value in enumerate(values)][::step]
+        summary = result.summary()
+        outcomes = Counter(sample.outcome for sample in result.samples)
+        rows = [[kind, summary[kind]["count"], *summary[kind]["ttfb_ms"].values()] for kind in ("crawler", "human")]
+        sections += [
+            (
+                f"TTFB distribution — {result.target}",
+                line_chart(cdf, x_label="TTFB (ms)", y_label="share of requests", log_x=True, y_percent=True),
+            ),
+            (
+                f"Throughput over time — {result.target}",
+                line_chart({"requests/s": result.throughput_over_time()}, x_label="seconds", y_label="requests/s"),
+            ),
+            (f"Outcomes — {result.target}", bar_chart(dict(outcomes.most_common()), y_label="requests")),
+            (f"TTFB (ms) — {result.target}", html_table(["class", "count", "p50", "p90", "p99", "mean"], rows)),
+        ]
+    return html_page("crawlergate replay", sections)
+
+
+def _outcomes(outcomes: dict[str, int]) -> str:
+    return " ".join(f"{name}:{count}" for name, count in sorted(outcomes.items(), key=lambda item: -item[1])[:3])
+
+
+def _safe_ratio(top: float, bottom: float) -> float | None:
+    return round(top / bottom, 3) if bottom else None
+
+
+def _ratio(top: float, bottom: float) -> str:
+    value = _safe_ratio(top, bottom)
+    return f"{value:,.2f}×" if value is not None else "n/a"
