@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from crawlergate.classify import Classifier
+from crawlergate.config import ClassifySettings
+from crawlergate.logparse import LogReader
+from crawlergate.replay import ReplayRequest, replay, requests_from_log
+from tests.conftest import ServerThread, free_port
+
+pytestmark = pytest.mark.e2e
+
+GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
+
+
+def known_app() -> Starlette:
+    """Answers that the tests can predict: /ok/* 200 with an outcome header, /missing 404, /slow waits."""
+
+    async def ok(request: Request) -> Response:
+        return PlainTextResponse(
+            "ok", headers={"x-crawlergate": "l1-hit" if "bot" in request.headers["user-agent"] else "pass"}
+        )
+
+    async def slow(request: Request) -> Response:
+        await asyncio.sleep(0.05)
+        return PlainTextResponse("slow")
+
+    async def missing(request: Request) -> Response:
+        return PlainTextResponse("no", status_code=404)
+
+    return Starlette(routes=[Route("/ok/{n}", ok), Route("/slow/{n}", slow), Route("/missing", missing)])
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerThread]:
+    thread = ServerThread(known_app()).start()
+    yield thread
+    thread.stop()
+
+
+def _line(agent: str, target: str, second: int, method: str = "GET") -> str:
+    return (
+        f'1.2.3.4 - - [10/Oct/2000:13:55:{second:02d} +0000] "{method} {target} HTTP/1.1" 200 10 "-" "{agent}" 1000\n'
+    )
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    path = tmp_path / "access.log"
+    lines = [_line(GOOGLEBOT, f"/ok/{n}", n % 60) for n in range(30)]
+    lines += [_line(FIREFOX, f"/ok/{n}", n % 60) for n in range(20)]
+    lines += [_line(FIREFOX, "/missing", 1), _line(GOOGLEBOT, "/ok/post", 1, method="POST"), "garbage\n"]
+    path.write_text("".join(lines))
+    return path
+
+
+def test_replay_counts_classes_outcomes_and_statuses(server: ServerThread, log: Path) -> None:
+    classifier = Classifier.from_settings(ClassifySettings())
+    requests = requests_from_log(LogReader(log), classifier)
+    assert len(requests) == 51  # the POST is not replayed, the garbage line is skipped
+    result = asyncio.run(replay(requests, server.url, concurrency=4))
+    summary = result.summary()
+    assert summary["requests"] == 51 and summary["errors"] == 0
+    assert summary["crawler"]["count"] == 30 and summary["crawler"]["outcomes"] == {"l1-hit": 30}
+    assert summary["human"]["count"] == 21 and summary["human"]["outcomes"] == {"pass": 20, "none": 1}
+    assert summary["human"]["statuses"] == {"200": 20, "404": 1}
+    assert summary["throughput_rps"] > 0
+    assert set(summary["crawler"]["ttfb_ms"]) == {"p50", "p90", "p99", "mean"}
+
+
+def test_replay_filters(log: Path) -> None:
+    classifier = Classifier.from_settings(ClassifySettings())
+    assert len(requests_from_log(LogReader(log), classifier, kind="crawler")) == 30
+    assert len(requests_from_log(LogReader(log), classifier, limit=5)) == 5
+    assert len(requests_from_log(LogReader(log), classifier, path_pattern=lambda t: t == "/missing")) == 1
+
+
+def test_replay_counts_errors_without_stopping() -> None:
+    requests = [ReplayRequest("GET", "/", FIREFOX, "human", 0.0)] * 3
+    result = asyncio.run(replay(requests, f"http://127.0.0.1:{free_port()}", concurrency=2, timeout_s=2))
+    assert result.summary()["errors"] == 3 and result.samples == []
+
+
+def test_replay_open_loop_shows_a_slow_server_queue(server: ServerThread) -> None:
+    # 40 requests scheduled 5 ms apart to a server that takes 50 ms each and is allowed one at a
+    # time: closed-loop timing would report ~50 ms each; counted from the schedule, latency grows.
+    requests = [ReplayRequest("GET", f"/slow/{n}", FIREFOX, "human", n * 0.005) for n in range(40)]
+    from crawlergate import replay as replay_module
+
+    original = replay_module.MAX_IN_FLIGHT
+    replay_module.MAX_IN_FLIGHT = 1
+    try:
+        result = asyncio.run(replay(requests, server.url, speed=1.0))
+    finally:
+        replay_module.MAX_IN_FLIGHT = original
+    latencies = [sample.total_ms for sample in sorted(result.samples, key=lambda s: s.finished_s)]
+    assert latencies[-1] > 10 * latencies[0]
+    assert latencies[-1] > 1000  # 40 x 50 ms of queue, minus the 200 ms of schedule
+
+
+def test_replay_open_loop_keeps_the_log_pace(server: ServerThread) -> None:
+    requests = [ReplayRequest("GET", f"/ok/{n}", FIREFOX, "human", n * 0.1) for n in range(6)]
+    started = time.perf_counter()
+    asyncio.run(replay(requests, server.url, speed=2.0))
+    assert time.perf_counter() - started >= 0.25  # 0.5 s of log at twice the speed
+
+
+def test_cli_replay_compare(
+    server: ServerThread, log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from crawlergate.cli import main
+
+    out_json, out_html = tmp_path / "r.json", tmp_path / "r.html"
+    argv = ["replay", str(log), "--target", server.url, "--compare", server.url, "--json", str(out_json)]
+    assert main([*argv, "--report", str(out_html), "--concurrency", "3"]) == 0
+    assert "throughput:" in capsys.readouterr().out
+    data = json.loads(out_json.read_text())
+    assert data["first"]["requests"] == data["second"]["requests"] == 51
+    assert data["ratios"]["throughput"] > 0
+    assert out_html.read_text().count("<svg") >= 4
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["--target", "ftp://x"], "must be an http", id="bad-target"),
+        pytest.param(["--target", "http://x", "--path", "("], "not a regular expression", id="bad-regex"),
+        pytest.param(["--target", "http://x", "--class", "crawler", "--path", "^/nothing"], "No GET/HEAD", id="empty"),
+    ],
+)
+def test_cli_replay_errors(log: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from crawlergate.cli import main
+
+    assert main(["replay", str(log), *argv]) == 2
+    assert message in capsys.readouterr().err
