@@ -134,8 +134,21 @@ def _parser() -> argparse.ArgumentParser:
     _add_settings_flags(simulate)
     simulate.set_defaults(handler=_run_simulate)
 
-    demo = commands.add_parser("demo", help="the demo forum and its synthetic traffic")
-    demo_commands = demo.add_subparsers(dest="demo_command", metavar="DEMO_COMMAND", required=True)
+    demo = commands.add_parser(
+        "demo",
+        help="run the paper's experiment here: the demo forum, crawlergate in front, a trace replayed through both",
+        description="Without a sub-command: start the demo forum and crawlergate on loopback, warm L2, replay a "
+        "synthetic trace straight to the forum and through crawlergate, print the comparison and an HTML report.",
+    )
+    demo.add_argument("--threads", type=_positive_int, default=1000, help="threads in the forum")
+    demo.add_argument("--requests", type=_positive_int, default=1600, help="page views in the replayed trace")
+    demo.add_argument("--work-ms", type=float, default=20.0, help="CPU work per dynamic page, in milliseconds")
+    demo.add_argument("--concurrency", type=_positive_int, default=8, help="replay clients")
+    demo.add_argument("--dir", type=Path, help="keep the run's files here (default: a new temporary folder)")
+    demo.add_argument("--serve", action="store_true", help="leave the forum and the gate running afterwards")
+    _add_settings_flags(demo)
+    demo.set_defaults(handler=_run_demo)
+    demo_commands = demo.add_subparsers(dest="demo_command", metavar="DEMO_COMMAND")
     forum = demo_commands.add_parser("forum", help="serve the demo forum (Starlette + SQLite) on its own")
     forum.add_argument("--host", default="127.0.0.1")
     forum.add_argument("--port", type=int, default=8000)
@@ -268,6 +281,13 @@ def _run_simulate(args: argparse.Namespace) -> int:
         _write_text(args.report, report_html(report, policies))
         print(f"report: {args.report}")
     return EXIT_OK
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from crawlergate.demo.run import DemoSpec, run_demo
+
+    spec = DemoSpec(threads=args.threads, requests=args.requests, work_ms=args.work_ms, concurrency=args.concurrency)
+    return run_demo(spec, _settings(args), args.dir, serve=args.serve)
 
 
 def _run_demo_forum(args: argparse.Namespace) -> int:

@@ -1,0 +1,220 @@
+"""``crawlergate demo``: the paper's experiment on this machine, end to end, in about two minutes.
+
+Starts the demo forum and ``crawlergate serve`` in front of it on loopback (embedded L1 unless
+memcached is configured; L2 in the run's folder), warms L2 with every thread's first page,
+generates a synthetic trace, replays it against the forum directly and through the gate, and
+prints the comparison (throughput, crawler and human TTFB, hit ratios) with the path of an HTML
+report. ``--serve`` leaves both running for a person to browse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from crawlergate.classify import Classifier
+from crawlergate.config import Settings
+from crawlergate.demo.forum import THREADS_PER_PAGE
+from crawlergate.demo.seed import seed_database
+from crawlergate.demo.trace import TraceSpec, structure_of, write_trace
+from crawlergate.errors import CrawlerGateError
+from crawlergate.logparse import LogReader
+from crawlergate.progress import Progress
+from crawlergate.replay import ReplayRequest, ReplayResult, format_summary, replay, report_html, requests_from_log
+
+WARMING_AGENT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+# The open-loop latency phase offers the forum this share of the throughput it reached on its own.
+LATENCY_LOAD = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSpec:
+    """The size of the run; the defaults finish in about two minutes on two cores."""
+
+    threads: int = 1000
+    requests: int = 1600
+    work_ms: float = 20.0
+    concurrency: int = 8
+    crawler_share: float = 0.68
+    seed: int = 2012
+
+
+def run_demo(spec: DemoSpec, settings: Settings, folder: Path | None, *, serve: bool) -> int:
+    """Run the experiment; returns the exit status."""
+    folder = folder or Path(tempfile.mkdtemp(prefix="crawlergate-demo-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    db = folder / "forum.sqlite3"
+    say(f"demo folder: {folder}")
+    say(f"seeding a forum of {spec.threads:,} threads ({spec.work_ms:g} ms of CPU a page)")
+    seed_database(db, threads=spec.threads, seed=spec.seed)
+    forum_port, gate_port = _free_port(), _free_port()
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        processes.append(_start([
+            "demo", "forum", "--port", str(forum_port), "--threads", str(spec.threads), "--seed", str(spec.seed),
+            "--work-ms", str(spec.work_ms), "--db", str(db),
+        ], folder / "forum.err"))  # fmt: skip
+        _wait_for(forum_port, processes[-1], folder / "forum.err")
+        gate_command = ["serve", "--origin", f"http://127.0.0.1:{forum_port}", "--port", str(gate_port)]
+        gate_command += ["--cache-dir", str(folder / "l2")]
+        processes.append(_start(gate_command, folder / "gate.err"))
+        _wait_for(gate_port, processes[-1], folder / "gate.err")
+        forum, gate = f"http://127.0.0.1:{forum_port}", f"http://127.0.0.1:{gate_port}"
+        say(f"forum on {forum}, crawlergate on {gate}")
+
+        warm = _warming_requests(db)
+        say(f"warming L2 with all {len(warm):,} pages of the forum")
+        with Progress("warming L2", total=len(warm), unit=" pages") as progress:
+            asyncio.run(replay(warm, gate, concurrency=4, on_progress=lambda done, _: progress.update(done)))
+
+        trace = folder / "trace.log"
+        write_trace(
+            trace,
+            TraceSpec(
+                requests=spec.requests,
+                crawler_share=spec.crawler_share,
+                page_cost_us=int(spec.work_ms * 1000),
+                seed=spec.seed,
+            ),
+            structure_of(db),
+        )
+        requests = requests_from_log(LogReader(trace), Classifier.from_settings(settings.classify))
+        stats_url = f"{gate}{settings.admin.prefix}/stats"
+        before = httpx.get(stats_url, timeout=10).json()
+        say(f"1. throughput: {len(requests):,} requests of {trace.name} with {spec.concurrency} clients as fast as "
+            "they are answered, straight to the forum, then through crawlergate")  # fmt: skip
+        closed = [_replay(requests, url, concurrency=spec.concurrency) for url in (forum, gate)]
+        # Latency is compared at the same offered load, in open loop: the log's pace, sped up so that it
+        # asks the bare forum for 75 % of what it just managed.
+        sample = requests[: max(1, len(requests) // 2)]
+        rate = LATENCY_LOAD * closed[0].summary()["throughput_rps"]
+        speed = sample[-1].offset_s / (len(sample) / rate) if sample[-1].offset_s > 0 and rate > 0 else 1.0
+        say(f"2. latency: {len(sample):,} requests at the log's pace x{speed:,.0f} (~{rate:,.0f} requests/s), "
+            "straight to the forum, then through crawlergate")  # fmt: skip
+        opened = [_replay(sample, url, speed=speed) for url in (forum, gate)]
+        stats = _difference(httpx.get(stats_url, timeout=10).json(), before)
+        report = folder / "report.html"
+        report.write_text(report_html(closed + opened), encoding="utf-8")
+        print(_comparison(closed, opened, stats))
+        print(f"\nreport: {report}")
+        if serve:
+            say(f"serving until Ctrl-C: the forum on {forum}, the gate on {gate}")
+            _wait_for_signal()
+        return 0
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def say(text: str) -> None:
+    print(f"crawlergate demo: {text}", file=sys.stderr, flush=True)
+
+
+def _difference(after: dict[str, Any], before: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """The gate's counters for the replay alone (the warming is not counted)."""
+    counters = ("l1_hits", "l2_hits", "misses", "stale", "prefetches")
+    return {kind: {name: after[kind][name] - before[kind][name] for name in counters} for kind in ("crawler", "human")}
+
+
+def _comparison(closed: list[ReplayResult], opened: list[ReplayResult], stats: dict[str, dict[str, int]]) -> str:
+    crawler = stats["crawler"]
+    lookups = crawler["l1_hits"] + crawler["l2_hits"] + crawler["misses"] + crawler["stale"]
+    hits = crawler["l1_hits"] + crawler["l2_hits"]
+    direct, gated = (result.summary() for result in closed)
+    slow, fast = (result.summary() for result in opened)
+
+    def speedup(kind: str) -> str:
+        before, after = slow[kind]["ttfb_ms"]["mean"], fast[kind]["ttfb_ms"]["mean"]
+        return f"{before:,.2f} → {after:,.2f} ms ({before / after if after else 0:,.1f}x faster)"
+
+    human_change = 1 - fast["human"]["ttfb_ms"]["mean"] / slow["human"]["ttfb_ms"]["mean"]
+    return "\n".join(
+        [
+            "",
+            "1. as fast as possible (closed loop)",
+            format_summary(closed),
+            "",
+            "2. at the same offered load (open loop, latency from the schedule)",
+            format_summary(opened),
+            "",
+            "result, forum alone → behind crawlergate:",
+            f"  throughput        {direct['throughput_rps']:,.1f} → {gated['throughput_rps']:,.1f} requests/s "
+            f"({gated['throughput_rps'] / direct['throughput_rps']:,.2f}x; paper 1.84x)",
+            f"  crawler mean TTFB {speedup('crawler')}; paper 118x",
+            f"  human mean TTFB   {speedup('human')}, {human_change:.0%} lower; paper 31 % lower",
+            f"  crawler hit ratio {hits / lookups if lookups else 0:.1%} ({crawler['l1_hits']:,} L1, "
+            f"{crawler['l2_hits']:,} L2, {crawler['misses']:,} misses); "
+            f"{stats['human']['prefetches']:,} human-induced prefetches",
+        ]
+    )
+
+
+def _replay(
+    requests: list[ReplayRequest], url: str, *, concurrency: int = 8, speed: float | None = None
+) -> ReplayResult:
+    with Progress(f"replay against {url}", total=len(requests), unit=" requests") as progress:
+        return asyncio.run(replay(requests, url, concurrency=concurrency, speed=speed,
+                                  on_progress=lambda done, _: progress.update(done)))  # fmt: skip
+
+
+def _warming_requests(db: Path) -> list[ReplayRequest]:
+    structure = structure_of(db)
+    targets = ["/"] + [
+        f"/forumdisplay.php?f={forum}" + (f"&page={page}" if page > 1 else "")
+        for forum in structure.forums
+        for page in range(1, max(1, math.ceil(len(structure.threads_by_forum[forum]) / THREADS_PER_PAGE)) + 1)
+    ]
+    targets += [
+        f"/showthread.php?t={thread}" + (f"&page={page}" if page > 1 else "")
+        for thread, pages in structure.threads
+        for page in range(1, pages + 1)
+    ]
+    return [ReplayRequest("GET", target, WARMING_AGENT, "crawler", 0.0) for target in targets]
+
+
+def _start(arguments: list[str], errors: Path) -> subprocess.Popen[bytes]:
+    environment = {key: value for key, value in os.environ.items() if key != "CRAWLERGATE_SERVER_PORT"}
+    with errors.open("wb") as stream:
+        return subprocess.Popen([sys.executable, "-m", "crawlergate", *arguments], stderr=stream, env=environment)
+
+
+def _wait_for(port: int, process: subprocess.Popen[bytes], errors: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise CrawlerGateError(f"A demo server stopped at start: {errors.read_text().strip()[-500:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise CrawlerGateError(f"A demo server did not start on port {port} within 60 s; see {errors}.")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_signal() -> None:
+    with contextlib.suppress(KeyboardInterrupt):
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crawlergate.cli import main
+
+pytestmark = pytest.mark.e2e
+
+
+def test_demo_end_to_end_at_a_small_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["demo", "--threads", "60", "--requests", "240", "--work-ms", "2", "--concurrency", "4"]
+    assert main([*argv, "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "throughput" in out and "crawler mean TTFB" in out and "human mean TTFB" in out
+    assert "crawler hit ratio" in out
+    report = tmp_path / "report.html"
+    assert report.exists() and report.read_text().count("<svg") >= 8
+    assert (tmp_path / "trace.log").exists()
+    assert list((tmp_path / "l2").rglob("*.page"))
