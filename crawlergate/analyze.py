@@ -1,7 +1,9 @@
 """Trace characterisation: who sends the requests of an access log, and who costs the server time.
 
 The paper's section 2: the crawler share of requests and of server time (its Table 1), the user
-agents that cost the most time (its Table 2), and the split per crawler family.
+agents that cost the most time (its Table 2), the split per crawler family, the daily pattern of
+humans and crawlers (its Figure 3) with the off-peak hour, how much of the site crawlers reach,
+and how steadily each crawler family arrives.
 
     report = crawler_share(LogReader("access.log"), classifier)
     print(format_share(report))
@@ -9,6 +11,7 @@ agents that cost the most time (its Table 2), and the split per crawler family.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -142,3 +145,149 @@ def _tally(table: dict[K, Tally], key: K) -> Tally:
     if tally is None:
         tally = table[key] = Tally()
     return tally
+
+
+@dataclass(slots=True)
+class _Arrivals:
+    """Inter-arrival times of one crawler family, kept as running sums (Welford) plus a sample for the median."""
+
+    count: int = 0
+    last: float | None = None
+    mean: float = 0.0
+    m2: float = 0.0
+    sample: list[float] = field(default_factory=list)
+
+    def add(self, timestamp: float) -> None:
+        if self.last is not None:
+            gap = max(0.0, timestamp - self.last)
+            self.count += 1
+            delta = gap - self.mean
+            self.mean += delta / self.count
+            self.m2 += delta * (gap - self.mean)
+            if len(self.sample) < ARRIVAL_SAMPLE:
+                self.sample.append(gap)
+            elif (index := hash((self.count, timestamp)) % self.count) < ARRIVAL_SAMPLE:
+                self.sample[index] = gap  # reservoir sampling
+        self.last = timestamp
+
+    def summary(self) -> dict[str, float]:
+        ordered = sorted(self.sample)
+        std = math.sqrt(self.m2 / self.count) if self.count else 0.0
+        return {
+            "gaps": self.count,
+            "mean_s": round(self.mean, 3),
+            "median_s": round(ordered[len(ordered) // 2], 3) if ordered else 0.0,
+            # The coefficient of variation: 1 for random (Poisson) arrivals, near 0 for a steady sweep.
+            "cv": round(std / self.mean, 3) if self.mean else 0.0,
+        }
+
+
+# Gaps kept per family for the median; the mean and spread use every gap.
+ARRIVAL_SAMPLE = 10_000
+
+
+@dataclass(slots=True)
+class TraceProfile:
+    """The paper's section 2 for one log: shares, the daily pattern, crawler breadth and pacing."""
+
+    share: ShareReport
+    by_hour: dict[str, list[int]]
+    pages_all: set[int] = field(default_factory=set)
+    pages_crawled: set[int] = field(default_factory=set)
+    pages_by_family: dict[str, set[int]] = field(default_factory=dict)
+    arrivals: dict[str, _Arrivals] = field(default_factory=dict)
+
+    @property
+    def off_peak_hour(self) -> int:
+        """The hour of the day (log time) with the fewest human requests: when to regenerate pages."""
+        humans = self.by_hour["human"]
+        return min(range(24), key=lambda hour: (humans[hour], hour))
+
+    def breadth(self) -> float:
+        return len(self.pages_crawled) / len(self.pages_all) if self.pages_all else 0.0
+
+    def as_json(self, classifier: Classifier, top: int) -> dict[str, Any]:
+        data = share_as_json(self.share, classifier, top)
+        data["requests_per_hour"] = self.by_hour
+        data["off_peak_hour"] = self.off_peak_hour
+        data["distinct_pages"] = len(self.pages_all)
+        data["crawler_breadth"] = round(self.breadth(), 4)
+        data["crawler_families"] = {
+            family: {
+                "pages": len(pages),
+                "breadth": round(len(pages) / len(self.pages_all), 4) if self.pages_all else 0.0,
+                "inter_arrival": self.arrivals[family].summary(),
+            }
+            for family, pages in sorted(self.pages_by_family.items(), key=lambda item: -len(item[1]))
+        }
+        return data
+
+
+def profile_log(records: Iterable[LogRecord], classifier: Classifier) -> TraceProfile:
+    """One pass over a log for ``crawlergate analyze``."""
+    share = ShareReport()
+    profile = TraceProfile(share=share, by_hour={"crawler": [0] * 24, "human": [0] * 24})
+    classify = classifier.classify
+    for record in records:
+        verdict = classify(record.user_agent)
+        duration = record.duration_s
+        if duration is not None:
+            share.has_time = True
+        share.total.add(duration)
+        _tally(share.by_kind, verdict.kind).add(duration)
+        _tally(share.by_user_agent, record.user_agent).add(duration)
+        profile.by_hour[verdict.kind][int(record.timestamp // 3600) % 24] += 1
+        page = hash(record.target)
+        profile.pages_all.add(page)
+        if verdict.is_crawler:
+            _tally(share.by_family, (verdict.family, verdict.tag)).add(duration)
+            profile.pages_crawled.add(page)
+            profile.pages_by_family.setdefault(verdict.family, set()).add(page)
+            arrivals = profile.arrivals.get(verdict.family)
+            if arrivals is None:
+                arrivals = profile.arrivals[verdict.family] = _Arrivals()
+            arrivals.add(record.timestamp)
+    return profile
+
+
+def format_profile(profile: TraceProfile, classifier: Classifier, top: int) -> str:
+    """The share tables, then the daily pattern, breadth and pacing per crawler family."""
+    lines = [format_share(profile.share, classifier, top), "", "requests per hour of the day (log time)"]
+    lines.append(f"{'hour':>4}{'humans':>10}{'crawlers':>10}")
+    for hour in range(24):
+        lines.append(f"{hour:>4}{profile.by_hour['human'][hour]:>10,}{profile.by_hour['crawler'][hour]:>10,}")
+    lines += [
+        f"suggested off-peak hour for regeneration: {profile.off_peak_hour:02d}:00 (fewest human requests)",
+        "",
+        f"crawlers reached {len(profile.pages_crawled):,} of {len(profile.pages_all):,} distinct URLs "
+        f"({profile.breadth():.1%})",
+        f"{'crawler family':<32}{'URLs':>10}{'breadth':>9}{'mean gap s':>12}{'median s':>10}{'CV':>7}",
+    ]
+    for family, pages in sorted(profile.pages_by_family.items(), key=lambda item: -len(item[1])):
+        gaps = profile.arrivals[family].summary()
+        breadth = len(pages) / len(profile.pages_all) if profile.pages_all else 0.0
+        lines.append(
+            f"{family[:31]:<32}{len(pages):>10,}{breadth:>9.1%}{gaps['mean_s']:>12,.2f}{gaps['median_s']:>10,.2f}"
+            f"{gaps['cv']:>7.2f}"
+        )
+    lines.append("(CV of the gaps: near 0 for a steady sweep, 1 for random arrivals)")
+    return "\n".join(lines)
+
+
+def profile_html(profile: TraceProfile, classifier: Classifier, top: int) -> str:
+    from crawlergate.plot import bar_chart, html_page, line_chart
+
+    hours = {kind: [(float(hour), float(count)) for hour, count in enumerate(counts)]
+             for kind, counts in profile.by_hour.items()}  # fmt: skip
+    families = {
+        family: len(pages) for family, pages in sorted(profile.pages_by_family.items(), key=lambda i: -len(i[1]))
+    }
+    text = format_profile(profile, classifier, top).replace("&", "&amp;").replace("<", "&lt;")
+    return html_page(
+        "crawlergate analyze",
+        [
+            ("Requests per hour of the day", line_chart(hours, x_label="hour", y_label="requests")),
+            ("Distinct URLs reached per crawler family", bar_chart(dict(list(families.items())[:8]), y_label="URLs")),
+            ("Summary", f"<pre>{text}</pre>"),
+        ],
+    )

@@ -96,6 +96,20 @@ def _parser() -> argparse.ArgumentParser:
     _add_settings_flags(serve, cache=True)
     serve.set_defaults(handler=_run_serve)
 
+    analyze = commands.add_parser(
+        "analyze",
+        help="characterise an access log: crawler share, daily pattern, off-peak hour, crawler breadth",
+        description="The paper's section 2 on any log: crawler share of requests and server time, top user agents, "
+        "requests per hour for humans and crawlers, the off-peak hour, crawler breadth and pacing per family.",
+    )
+    analyze.add_argument("log", type=Path, help="an access log (plain or gzipped)")
+    analyze.add_argument("--format", default="auto", help="log format (see classify --help)")
+    analyze.add_argument("--top", type=_positive_int, default=10, help="user agents in the top list")
+    analyze.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE ('-' for stdout)")
+    analyze.add_argument("--report", type=Path, metavar="FILE.html", help="write plots as an HTML page")
+    _add_settings_flags(analyze)
+    analyze.set_defaults(handler=_run_analyze)
+
     replay = commands.add_parser(
         "replay",
         help="replay an access log's requests against a server and time them",
@@ -203,6 +217,25 @@ def _run_serve(args: argparse.Namespace) -> int:
     overrides = _flag_overrides(args)
     settings = _settings(args, overrides)
     return run_proxy(settings, config_path=args.config, overrides=overrides)
+
+
+def _run_analyze(args: argparse.Namespace) -> int:
+    from crawlergate.analyze import format_profile, profile_html, profile_log
+
+    classifier = Classifier.from_settings(_settings(args).classify)
+    with Progress(f"reading {args.log.name}", total=1, unit="B") as progress:
+        reader = LogReader(args.log, LogFormat(args.format), on_progress=_progress_bytes(progress))
+        profile = profile_log(reader, classifier)
+    print(format_profile(profile, classifier, args.top))
+    print(f"\n{reader.lines:,} lines read, {reader.malformed:,} malformed skipped")
+    if args.json:
+        data = profile.as_json(classifier, args.top)
+        data.update(lines=reader.lines, malformed=reader.malformed)
+        _write_json(args.json, data)
+    if args.report:
+        _write_text(args.report, profile_html(profile, classifier, args.top))
+        print(f"report: {args.report}")
+    return EXIT_OK
 
 
 def _run_replay(args: argparse.Namespace) -> int:

@@ -161,23 +161,24 @@ def _crawler(
     if count <= 0:
         return
     host = f"66.249.{rng.randrange(64, 80)}.{rng.randrange(1, 255)}"
-    interval = spec.duration_s / count
-    when = rng.random() * interval
-    urls = itertools.cycle(_breadth_first(structure))
-    emitted = 0
-    while emitted < count:
+    offsets: list[float] = []
+    when = rng.random()
+    while len(offsets) < count:
         burst = rng.randrange(2, 8) if rng.random() < 0.05 else 1
-        for _ in range(min(burst, count - emitted)):
-            moment = TRACE_START + when
-            target = next(urls)
-            if rng.random() < spec.follow_share:
-                newest = bisect.bisect_right(times, moment)
-                oldest = bisect.bisect_left(times, moment - spec.follow_window_s)
-                if oldest < newest:
-                    target = targets[rng.randrange(oldest, newest)]
-            yield moment, _page_line("GET", target, user_agent, "-", host, spec, rng)
-            emitted += 1
-            when += interval * (0.05 if burst > 1 else rng.uniform(0.7, 1.3))
+        for _ in range(min(burst, count - len(offsets))):
+            offsets.append(when)
+            when += 0.05 if burst > 1 else rng.uniform(0.7, 1.3)
+    scale = spec.duration_s / when  # the sweep spans the whole trace, bursts included
+    urls = itertools.cycle(_breadth_first(structure))
+    for offset in offsets:
+        moment = TRACE_START + offset * scale
+        target = next(urls)
+        if rng.random() < spec.follow_share:
+            newest = bisect.bisect_right(times, moment)
+            oldest = bisect.bisect_left(times, moment - spec.follow_window_s)
+            if oldest < newest:
+                target = targets[rng.randrange(oldest, newest)]
+        yield moment, _page_line("GET", target, user_agent, "-", host, spec, rng)
 
 
 def _breadth_first(structure: ForumStructure) -> Iterator[str]:

@@ -39,9 +39,11 @@ def test_trace_has_the_papers_mix(trace: Path) -> None:
     assert any(r.path == "/static/forum.css" for r in records)
 
 
-def test_trace_crawlers_sweep_breadth_first_and_reach_most_threads(trace: Path) -> None:
+def test_trace_crawlers_sweep_breadth_first_and_reach_most_threads(trace: Path, tmp_path: Path) -> None:
     classifier = Classifier.from_settings(ClassifySettings())
-    googlebot = [r.target for r in LogReader(trace) if classifier.classify(r.user_agent).family == "Googlebot"]
+    sweep = tmp_path / "sweep.log"
+    write_trace(sweep, TraceSpec(requests=6000, seed=5, follow_share=0.0), structure_of(trace.parent / "forum.sqlite3"))
+    googlebot = [r.target for r in LogReader(sweep) if classifier.classify(r.user_agent).family == "Googlebot"]
     assert googlebot[0] == "/"
     assert googlebot[1].startswith("/forumdisplay.php")
     crawled = {target.split("t=")[1].split("&")[0] for target in googlebot if target.startswith("/showthread")}
@@ -56,6 +58,23 @@ def test_trace_humans_follow_a_diurnal_curve_and_zipf_popularity(trace: Path) ->
     threads = Counter(r.target for r in humans if r.target.startswith("/showthread"))
     top = threads.most_common(10)
     assert top[0][1] > 5 * (sum(threads.values()) / len(threads))
+
+
+def test_trace_crawlers_follow_where_humans_go(trace: Path) -> None:
+    classifier = Classifier.from_settings(ClassifySettings())
+    records = list(LogReader(trace))
+    human_threads = {r.target for r in records if not classifier.classify(r.user_agent).is_crawler}
+    crawler_threads = [r.target for r in records if classifier.classify(r.user_agent).is_crawler]
+    followed = sum(target in human_threads for target in crawler_threads) / len(crawler_threads)
+    assert followed > 0.4
+
+
+def test_trace_spans_the_whole_duration_for_crawlers(trace: Path) -> None:
+    classifier = Classifier.from_settings(ClassifySettings())
+    hours = Counter(
+        int(r.timestamp // 3600) % 24 for r in LogReader(trace) if classifier.classify(r.user_agent).is_crawler
+    )
+    assert min(hours[hour] for hour in range(24)) > 0.5 * max(hours.values())
 
 
 def test_trace_is_reproducible(trace: Path, tmp_path: Path) -> None:

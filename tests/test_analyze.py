@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from crawlergate.analyze import profile_log
+from crawlergate.classify import Classifier
+from crawlergate.config import ClassifySettings
+from crawlergate.logparse import LogReader
+
+GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
+
+
+def _line(agent: str, target: str, hour: int, second: int, micros: int) -> str:
+    stamp = f"10/Oct/2000:{hour:02d}:00:{second:02d} +0000"
+    return f'1.2.3.4 - - [{stamp}] "GET {target} HTTP/1.1" 200 10 "-" "{agent}" {micros}\n'
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    lines = []
+    for hour in range(24):
+        humans = 1 if hour == 4 else 10  # the trough is at four in the morning
+        lines += [_line(FIREFOX, f"/t/{n}", hour, n, 100) for n in range(humans)]
+        lines += [_line(GOOGLEBOT, f"/t/{hour * 2 + n}", hour, 10 * n, 160_000) for n in range(2)]
+    path = tmp_path / "access.log"
+    path.write_text("".join(lines) + "not a line\n")
+    return path
+
+
+def test_analyze_profile(log: Path) -> None:
+    classifier = Classifier.from_settings(ClassifySettings())
+    profile = profile_log(LogReader(log), classifier)
+    assert profile.by_hour["crawler"] == [2] * 24
+    assert profile.by_hour["human"][4] == 1 and profile.off_peak_hour == 4
+    assert profile.share.share("crawler", "requests") == pytest.approx(48 / (48 + 231))
+    assert profile.share.share("crawler", "time") > 0.99
+    assert len(profile.pages_crawled) == 48 and len(profile.pages_all) == 48
+    gaps = profile.arrivals["Googlebot"].summary()
+    assert gaps["gaps"] == 47
+    # 24 gaps of 10 s within an hour, 23 of 3590 s from :10 of one hour to :00 of the next.
+    assert gaps["median_s"] == 10.0
+    assert gaps["mean_s"] == pytest.approx((24 * 10 + 23 * 3590) / 47, abs=0.01)
+
+
+def test_cli_analyze(log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from crawlergate.cli import main
+
+    out_json, out_html = tmp_path / "a.json", tmp_path / "a.html"
+    assert main(["analyze", str(log), "--json", str(out_json), "--report", str(out_html)]) == 0
+    text = capsys.readouterr().out
+    assert "off-peak hour for regeneration: 04:00" in text and "1 malformed" in text
+    data = json.loads(out_json.read_text())
+    assert data["off_peak_hour"] == 4 and data["crawler_breadth"] == 1.0
+    assert data["crawler_families"]["Googlebot"]["pages"] == 48
+    assert "<svg" in out_html.read_text()
