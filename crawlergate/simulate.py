@@ -423,7 +423,7 @@ def _static(trace: Trace, capacity: int) -> tuple[int, int]:
 
 
 def _belady(pages: array[int], crawler: bytearray, sizes: array[int], capacity: int) -> tuple[int, int]:
-    next_use = [0] * len(pages)
+    next_use = array("q", bytes(8 * len(pages)))  # 8 bytes a request, not a Python int object each
     upcoming: dict[int, int] = {}
     for index in range(len(pages) - 1, -1, -1):
         page = pages[index]
@@ -442,6 +442,10 @@ def _belady(pages: array[int], crawler: bytearray, sizes: array[int], capacity: 
                 hits += 1
             cached[page] = upcoming_use
             heapq.heappush(farthest, (-upcoming_use, page))
+            if len(farthest) > 4 * len(cached) + 1024:
+                # Rebuild without the stale entries, so memory follows the cache, not the trace.
+                farthest = [(-use, cached_page) for cached_page, use in cached.items()]
+                heapq.heapify(farthest)
             continue
         size = sizes[page]
         if upcoming_use == _NEVER or size > capacity:
@@ -494,6 +498,7 @@ class SimulationReport:
     results: list[PolicyResult]
     curve: list[PolicyResult]
     recommended_l1_bytes: int | None
+    basis: str = "lru+human"  # the policy whose curve the recommendation comes from
 
     def as_json(self) -> dict[str, object]:
         trace = self.trace
@@ -524,7 +529,7 @@ def run_simulation(trace: Trace, sizes: Sequence[int], policies: Sequence[str], 
     curve = [simulate(trace, policy, size) for size in size_sweep(trace, curve_points) for policy in policies]
     basis = "lru+human" if "lru+human" in policies else (policies[0] if policies else "lru")
     recommended = knee([(result.size_bytes, result.hit_ratio) for result in curve if result.policy == basis])
-    return SimulationReport(trace, results, curve, recommended)
+    return SimulationReport(trace, results, curve, recommended, basis)
 
 
 def format_report(report: SimulationReport, policies: Sequence[str]) -> str:
@@ -540,7 +545,8 @@ def format_report(report: SimulationReport, policies: Sequence[str]) -> str:
         row = {result.policy: result.hit_ratio for result in report.results if result.size_bytes == size}
         lines.append(f"{_size(size):>10}" + "".join(f"{row[policy]:>11.2%}" for policy in policies))
     if report.recommended_l1_bytes is not None:
-        lines += ["", f"recommended L1 size: {_size(report.recommended_l1_bytes)} (the knee of the lru+human curve)"]
+        knee_of = f"the knee of the {report.basis} curve"
+        lines += ["", f"recommended L1 size: {_size(report.recommended_l1_bytes)} ({knee_of})"]
     return "\n".join(lines)
 
 
