@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,34 @@ class DemoSpec:
     seed: int = 2012
 
 
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    """What one run measured: closed-loop and open-loop replays (forum, then gate) and the gate's counters."""
+
+    closed: list[ReplayResult]
+    opened: list[ReplayResult]
+    stats: dict[str, dict[str, int]]
+    folder: Path
+    forum: str
+    gate: str
+
+
 def run_demo(spec: DemoSpec, settings: Settings, folder: Path | None, *, serve: bool) -> int:
-    """Run the experiment; returns the exit status."""
+    """Run the experiment, print the comparison; returns the exit status."""
+    with running_experiment(spec, settings, folder) as experiment:
+        report = experiment.folder / "report.html"
+        report.write_text(report_html(experiment.closed + experiment.opened), encoding="utf-8")
+        print(_comparison(experiment.closed, experiment.opened, experiment.stats))
+        print(f"\nreport: {report}")
+        if serve:
+            say(f"serving until Ctrl-C: the forum on {experiment.forum}, the gate on {experiment.gate}")
+            _wait_for_signal()
+    return 0
+
+
+@contextlib.contextmanager
+def running_experiment(spec: DemoSpec, settings: Settings, folder: Path | None) -> Iterator[Experiment]:
+    """Start the forum and the gate, warm, replay; the servers run until the block ends."""
     folder = folder or Path(tempfile.mkdtemp(prefix="crawlergate-demo-"))
     folder.mkdir(parents=True, exist_ok=True)
     db = folder / "forum.sqlite3"
@@ -106,14 +133,7 @@ def run_demo(spec: DemoSpec, settings: Settings, folder: Path | None, *, serve: 
             "straight to the forum, then through crawlergate")  # fmt: skip
         opened = [_replay(sample, url, speed=speed) for url in (forum, gate)]
         stats = _difference(httpx.get(stats_url, timeout=10).json(), before)
-        report = folder / "report.html"
-        report.write_text(report_html(closed + opened), encoding="utf-8")
-        print(_comparison(closed, opened, stats))
-        print(f"\nreport: {report}")
-        if serve:
-            say(f"serving until Ctrl-C: the forum on {forum}, the gate on {gate}")
-            _wait_for_signal()
-        return 0
+        yield Experiment(closed, opened, stats, folder, forum, gate)
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)
