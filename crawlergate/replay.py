@@ -5,7 +5,7 @@ server answers, which measures throughput. Open loop (``speed``): each request i
 time in the log, scaled by ``speed``, whether or not earlier ones have finished, and its latency
 is counted from that scheduled time, so a slow server cannot hide its queue behind a slow client
 (coordinated omission, Tene's wrk2). Every request is classified exactly as the gate does, and
-timed to its first body byte (TTFB) and to its last. Errors and timeouts are counted, never fatal.
+timed to its first bytes (the status line and headers: TTFB) and to its last. Errors and timeouts are counted, never fatal.
 
     result = await replay(requests, "http://127.0.0.1:8080", concurrency=16)
     result.summary()["crawler"]["ttfb_ms"]["p50"]
@@ -181,12 +181,11 @@ async def _send(
     headers = {"user-agent": request.user_agent, "accept-encoding": "gzip"}
     try:
         async with client.stream(request.method, request.target, headers=headers) as response:
-            first_byte: float | None = None
+            # The status line and headers have arrived: the response's first bytes.
+            first_byte = time.perf_counter()
             async for _ in response.aiter_raw():
-                if first_byte is None:
-                    first_byte = time.perf_counter()
+                pass
             finished = time.perf_counter()
-            first_byte = first_byte or finished
             result.samples.append(
                 Sample(
                     kind=request.kind,
