@@ -30,6 +30,9 @@ from crawlergate.logparse import LogRecord
 # and sockets. A server slower than the schedule makes requests wait here, and their latency, counted
 # from the schedule, shows it.
 MAX_IN_FLIGHT = 512
+# How late the client's own timer may wake before the lateness is blamed on the server (asyncio rounds
+# sleeps to the millisecond; a busy loop adds a little).
+TIMER_SLACK_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,12 @@ async def replay(
                 delay = scheduled - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                woke = time.perf_counter()
+                # The event loop's timers wake a millisecond or two late: that is this client's delay, not
+                # the server's, so a small lateness is not counted. Waiting for a free slot below (the
+                # server is behind) and any larger lateness still are.
+                if woke - scheduled < TIMER_SLACK_S:
+                    scheduled = woke
                 await gate.acquire()
                 task = asyncio.create_task(one(request, scheduled))
                 task.add_done_callback(lambda _: gate.release())
