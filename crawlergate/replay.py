@@ -5,7 +5,8 @@ server answers, which measures throughput. Open loop (``speed``): each request i
 time in the log, scaled by ``speed``, whether or not earlier ones have finished, and its latency
 is counted from that scheduled time, so a slow server cannot hide its queue behind a slow client
 (coordinated omission, Tene's wrk2). Every request is classified exactly as the gate does, and
-timed to its first bytes (the status line and headers: TTFB) and to its last. Errors and timeouts are counted, never fatal.
+timed to its first bytes (the status line and headers: TTFB) and to its last. Errors and
+timeouts are counted, never fatal.
 
     result = await replay(requests, "http://127.0.0.1:8080", concurrency=16)
     result.summary()["crawler"]["ttfb_ms"]["p50"]
