@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from crawlergate.classify import Classifier
+from crawlergate.classify import Classifier, Verdict
 from crawlergate.logparse import LogRecord
 
 K = TypeVar("K")
@@ -45,6 +45,16 @@ class ShareReport:
     by_family: dict[tuple[str, str], Tally] = field(default_factory=dict)
     by_user_agent: dict[str, Tally] = field(default_factory=dict)
 
+    def add(self, record: LogRecord, verdict: Verdict) -> None:
+        duration = record.duration_s
+        if duration is not None:
+            self.has_time = True
+        self.total.add(duration)
+        _tally(self.by_kind, verdict.kind).add(duration)
+        if verdict.is_crawler:
+            _tally(self.by_family, (verdict.family, verdict.tag)).add(duration)
+        _tally(self.by_user_agent, record.user_agent).add(duration)
+
     def share(self, kind: str, of: str) -> float:
         """The share (0..1) of all requests (``of="requests"``) or of all server time (``of="time"``) of a class."""
         tally = self.by_kind.get(kind, Tally())
@@ -63,15 +73,7 @@ def crawler_share(records: Iterable[LogRecord], classifier: Classifier) -> Share
     report = ShareReport()
     classify = classifier.classify
     for record in records:
-        verdict = classify(record.user_agent)
-        duration = record.duration_s
-        if duration is not None:
-            report.has_time = True
-        report.total.add(duration)
-        _tally(report.by_kind, verdict.kind).add(duration)
-        if verdict.is_crawler:
-            _tally(report.by_family, (verdict.family, verdict.tag)).add(duration)
-        _tally(report.by_user_agent, record.user_agent).add(duration)
+        report.add(record, classify(record.user_agent))
     return report
 
 
@@ -230,17 +232,11 @@ def profile_log(records: Iterable[LogRecord], classifier: Classifier) -> TracePr
     classify = classifier.classify
     for record in records:
         verdict = classify(record.user_agent)
-        duration = record.duration_s
-        if duration is not None:
-            share.has_time = True
-        share.total.add(duration)
-        _tally(share.by_kind, verdict.kind).add(duration)
-        _tally(share.by_user_agent, record.user_agent).add(duration)
+        share.add(record, verdict)
         profile.by_hour[verdict.kind][int(record.timestamp // 3600) % 24] += 1
         page = hash(record.target)
         profile.pages_all.add(page)
         if verdict.is_crawler:
-            _tally(share.by_family, (verdict.family, verdict.tag)).add(duration)
             profile.pages_crawled.add(page)
             profile.pages_by_family.setdefault(verdict.family, set()).add(page)
             arrivals = profile.arrivals.get(verdict.family)

@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     classify.add_argument("--families", action="store_true", help="add the crawler family and tag as columns")
     classify.add_argument("--top", type=_positive_int, default=10, help="user agents in the --log top list")
-    classify.add_argument("--json", metavar="FILE", help="write the result as JSON to FILE ('-' for stdout)")
+    classify.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE ('-' for stdout)")
     _add_settings_flags(classify)
     classify.set_defaults(handler=_run_classify)
 
@@ -103,10 +103,8 @@ def _parser() -> argparse.ArgumentParser:
         "requests per hour for humans and crawlers, the off-peak hour, crawler breadth and pacing per family.",
     )
     analyze.add_argument("log", type=Path, help="an access log (plain or gzipped)")
-    analyze.add_argument("--format", default="auto", help="log format (see classify --help)")
     analyze.add_argument("--top", type=_positive_int, default=10, help="user agents in the top list")
-    analyze.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE ('-' for stdout)")
-    analyze.add_argument("--report", type=Path, metavar="FILE.html", help="write plots as an HTML page")
+    _add_output_flags(analyze)
     _add_settings_flags(analyze)
     analyze.set_defaults(handler=_run_analyze)
 
@@ -125,9 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--path", help="only targets matching this regular expression")
     replay.add_argument("--class", dest="kind", choices=("crawler", "human"), help="only this class")
     replay.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds per request")
-    replay.add_argument("--format", default="auto", help="log format (see classify --help)")
-    replay.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE ('-' for stdout)")
-    replay.add_argument("--report", type=Path, metavar="FILE.html", help="write plots as an HTML page")
+    _add_output_flags(replay)
     _add_settings_flags(replay)
     replay.set_defaults(handler=_run_replay)
 
@@ -141,9 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     simulate.add_argument("--sizes", type=_sizes, help="L1 sizes, e.g. 120MB,250MB,500MB")
     simulate.add_argument("--policies", type=_policies, help="comma-separated; default: all")
     simulate.add_argument("--curve", type=_positive_int, default=10, help="sizes in the hit-ratio curve")
-    simulate.add_argument("--format", default="auto", help="log format (see classify --help)")
-    simulate.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE ('-' for stdout)")
-    simulate.add_argument("--report", type=Path, metavar="FILE.html", help="write the curves as an HTML page")
+    _add_output_flags(simulate)
     simulate.add_argument("--no-cache", action="store_true", help="parse the log again instead of reusing its trace")
     _add_settings_flags(simulate)
     simulate.set_defaults(handler=_run_simulate)
@@ -176,6 +170,13 @@ def _parser() -> argparse.ArgumentParser:
     _add_forum_flags(trace)
     trace.set_defaults(handler=_run_demo_trace)
     return parser
+
+
+def _add_output_flags(parser: argparse.ArgumentParser, *, report: bool = True) -> None:
+    parser.add_argument("--format", default="auto", help="log format (see classify --help)")
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON to FILE ('-' for stdout)")
+    if report:
+        parser.add_argument("--report", type=Path, metavar="FILE.html", help="write plots as an HTML page")
 
 
 def _add_settings_flags(parser: argparse.ArgumentParser, *, cache: bool = False) -> None:
