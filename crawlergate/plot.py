@@ -11,8 +11,8 @@ import html
 import math
 from collections.abc import Mapping, Sequence
 
-WIDTH, HEIGHT = 720, 360
-_MARGIN = (60, 20, 30, 50)  # left, right, top, bottom
+WIDTH, HEIGHT = 760, 360
+_MARGIN = (60, 140, 30, 50)  # left, right (the legend), top, bottom
 # A colour-blind-safe palette (Okabe & Ito 2008).
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 
@@ -31,7 +31,7 @@ def line_chart(
         return "<p>(no data)</p>"
     xs = [math.log10(x) if log_x else x for x, _ in points if not log_x or x > 0]
     x_min, x_max = min(xs), max(xs)
-    y_min, y_max = 0.0, max(max(y for _, y in points), 1e-9)
+    y_min, y_max = 0.0, 1.0 if y_percent else max(max(y for _, y in points), 1e-9)
     if x_max == x_min:
         x_max = x_min + 1
 
@@ -56,9 +56,11 @@ def line_chart(
         colour = PALETTE[index % len(PALETTE)]
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in sorted(values) if not log_x or x > 0)
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
+        legend_y = _MARGIN[2] + 16 * index + 10
         parts.append(
-            f'<text x="{WIDTH - _MARGIN[1] - 4}" y="{_MARGIN[2] + 14 * index + 10}" text-anchor="end" '
-            f'font-size="12" fill="{colour}">{html.escape(name)}</text>'
+            f'<line x1="{WIDTH - _MARGIN[1] + 12}" y1="{legend_y - 4}" x2="{WIDTH - _MARGIN[1] + 32}" '
+            f'y2="{legend_y - 4}" stroke="{colour}" stroke-width="3"/>'
+            f'<text x="{WIDTH - _MARGIN[1] + 38}" y="{legend_y}" font-size="12">{html.escape(name)}</text>'
         )
     return _svg(parts)
 

@@ -271,12 +271,17 @@ def report_html(results: Sequence[ReplayResult]) -> str:
     from crawlergate.plot import bar_chart, html_page, html_table, line_chart
 
     sections = [("Summary", "<pre>" + format_summary(results).replace("<", "&lt;") + "</pre>")]
+    if len(results) > 1:
+        every = {
+            f"{kind} #{number}": _cdf(result, kind)
+            for number, result in enumerate(results, start=1)
+            for kind in ("crawler", "human")
+        }
+        legend = ", ".join(f"#{number} = {result.target}" for number, result in enumerate(results, start=1))
+        chart = line_chart(every, x_label="TTFB (ms)", y_label="share of requests", log_x=True, y_percent=True)
+        sections.append(("TTFB distribution, all runs", chart + f"<p>{legend}</p>"))
     for result in results:
-        cdf = {}
-        for kind in ("crawler", "human"):
-            values = sorted(sample.ttfb_ms for sample in result.samples if sample.kind == kind)
-            step = max(1, len(values) // 200)
-            cdf[kind] = [(max(value, 0.01), (index + 1) / len(values)) for index, value in enumerate(values)][::step]
+        cdf = {kind: _cdf(result, kind) for kind in ("crawler", "human")}
         summary = result.summary()
         outcomes = Counter(sample.outcome for sample in result.samples)
         rows = [[kind, summary[kind]["count"], *summary[kind]["ttfb_ms"].values()] for kind in ("crawler", "human")]
@@ -293,6 +298,12 @@ def report_html(results: Sequence[ReplayResult]) -> str:
             (f"TTFB (ms) — {result.target}", html_table(["class", "count", "p50", "p90", "p99", "mean"], rows)),
         ]
     return html_page("crawlergate replay", sections)
+
+
+def _cdf(result: ReplayResult, kind: str) -> list[tuple[float, float]]:
+    values = sorted(sample.ttfb_ms for sample in result.samples if sample.kind == kind)
+    step = max(1, len(values) // 200)
+    return [(max(value, 0.01), (index + 1) / len(values)) for index, value in enumerate(values)][::step]
 
 
 def _outcomes(outcomes: dict[str, int]) -> str:
