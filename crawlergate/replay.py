@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from html import escape as html_escape
 from typing import Any
 
 import httpx
@@ -64,6 +65,8 @@ class ReplayResult:
     target: str
     duration_s: float = 0.0
     samples: list[Sample] = field(default_factory=list)
+    # How reports name this run; the target URL unless told otherwise.
+    label: str = ""
     errors: Counter[str] = field(default_factory=Counter)
 
     @property
@@ -84,6 +87,7 @@ class ReplayResult:
             }
         return {
             "target": self.target,
+            "label": self.label or self.target,
             "requests": self.requests,
             "errors": sum(self.errors.values()),
             "error_kinds": dict(self.errors),
@@ -233,7 +237,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 def format_summary(results: Sequence[ReplayResult]) -> str:
     """A table of throughput and TTFB per class for each target, with ratios when there are two."""
     summaries = [result.summary() for result in results]
-    lines = [f"{'':<26}" + "".join(f"{summary['target'][:28]:>30}" for summary in summaries)]
+    lines = [f"{'':<26}" + "".join(f"{summary['label'][-28:]:>30}" for summary in summaries)]
 
     def row(label: str, values: list[str]) -> None:
         lines.append(f"{label:<26}" + "".join(f"{value:>30}" for value in values))
@@ -277,9 +281,9 @@ def report_html(results: Sequence[ReplayResult]) -> str:
             for number, result in enumerate(results, start=1)
             for kind in ("crawler", "human")
         }
-        legend = ", ".join(f"#{number} = {result.target}" for number, result in enumerate(results, start=1))
+        legend = ", ".join(f"#{number}: {result.label or result.target}" for number, result in enumerate(results, 1))
         chart = line_chart(every, x_label="TTFB (ms)", y_label="share of requests", log_x=True, y_percent=True)
-        sections.append(("TTFB distribution, all runs", chart + f"<p>{legend}</p>"))
+        sections.append(("TTFB distribution, all runs", chart + f"<p>{html_escape(legend)}</p>"))
     for result in results:
         cdf = {kind: _cdf(result, kind) for kind in ("crawler", "human")}
         summary = result.summary()
@@ -294,8 +298,14 @@ def report_html(results: Sequence[ReplayResult]) -> str:
                 f"Throughput over time — {result.target}",
                 line_chart({"requests/s": result.throughput_over_time()}, x_label="seconds", y_label="requests/s"),
             ),
-            (f"Outcomes — {result.target}", bar_chart(dict(outcomes.most_common()), y_label="requests")),
-            (f"TTFB (ms) — {result.target}", html_table(["class", "count", "p50", "p90", "p99", "mean"], rows)),
+            (
+                f"Outcomes — {result.label or result.target}",
+                bar_chart(dict(outcomes.most_common()), y_label="requests"),
+            ),
+            (
+                f"TTFB (ms) — {result.label or result.target}",
+                html_table(["class", "count", "p50", "p90", "p99", "mean"], rows),
+            ),
         ]
     return html_page("crawlergate replay", sections)
 

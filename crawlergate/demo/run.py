@@ -123,7 +123,10 @@ def running_experiment(spec: DemoSpec, settings: Settings, folder: Path | None) 
         before = httpx.get(stats_url, timeout=10).json()
         say(f"1. throughput: {len(requests):,} requests of {trace.name} with {spec.concurrency} clients as fast as "
             "they are answered, straight to the forum, then through crawlergate")  # fmt: skip
-        closed = [_replay(requests, url, concurrency=spec.concurrency) for url in (forum, gate)]
+        closed = [
+            _replay(requests, url, label=f"{name}, closed loop", concurrency=spec.concurrency)
+            for name, url in (("forum", forum), ("crawlergate", gate))
+        ]
         # Latency is compared at the same offered load, in open loop: the log's pace, sped up so that it
         # asks the bare forum for 75 % of what it just managed.
         sample = requests[: max(1, len(requests) // 2)]
@@ -131,7 +134,10 @@ def running_experiment(spec: DemoSpec, settings: Settings, folder: Path | None) 
         speed = sample[-1].offset_s / (len(sample) / rate) if sample[-1].offset_s > 0 and rate > 0 else 1.0
         say(f"2. latency: {len(sample):,} requests at the log's pace x{speed:,.0f} (~{rate:,.0f} requests/s), "
             "straight to the forum, then through crawlergate")  # fmt: skip
-        opened = [_replay(sample, url, speed=speed) for url in (forum, gate)]
+        opened = [
+            _replay(sample, url, label=f"{name}, same load", speed=speed)
+            for name, url in (("forum", forum), ("crawlergate", gate))
+        ]
         stats = _difference(httpx.get(stats_url, timeout=10).json(), before)
         yield Experiment(closed, opened, stats, folder, forum, gate)
     finally:
@@ -188,11 +194,13 @@ def _comparison(closed: list[ReplayResult], opened: list[ReplayResult], stats: d
 
 
 def _replay(
-    requests: list[ReplayRequest], url: str, *, concurrency: int = 8, speed: float | None = None
+    requests: list[ReplayRequest], url: str, *, label: str, concurrency: int = 8, speed: float | None = None
 ) -> ReplayResult:
-    with Progress(f"replay against {url}", total=len(requests), unit=" requests") as progress:
-        return asyncio.run(replay(requests, url, concurrency=concurrency, speed=speed,
-                                  on_progress=lambda done, _: progress.update(done)))  # fmt: skip
+    with Progress(f"replay, {label}", total=len(requests), unit=" requests") as progress:
+        result = asyncio.run(replay(requests, url, concurrency=concurrency, speed=speed,
+                                    on_progress=lambda done, _: progress.update(done)))  # fmt: skip
+    result.label = label
+    return result
 
 
 def _warming_requests(db: Path) -> list[ReplayRequest]:
