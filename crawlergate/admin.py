@@ -1,7 +1,8 @@
 """The /_crawlergate/ endpoints: ``stats`` (JSON) and ``healthz``, for the ASGI and WSGI gates alike.
 
-``healthz`` answers everyone. The others answer loopback clients, and, when a token is
-configured, whoever presents ``Authorization: Bearer <token>``.
+``healthz`` answers everyone. The others answer loopback clients (the client that a trusted proxy
+forwards for, not the proxy itself), and, when a token is configured, whoever presents
+``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from crawlergate.forwarded import TrustedProxies
 from crawlergate.serve import Response, send_response
 
 _LOOPBACK_PREFIXES = ("127.", "::1", "localhost")
@@ -21,10 +23,13 @@ _LOOPBACK_PREFIXES = ("127.", "::1", "localhost")
 class AdminEndpoints:
     """Answers admin requests; ``respond`` is interface-free, calling the object serves ASGI."""
 
-    def __init__(self, *, prefix: str, token: str, stats: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self, *, prefix: str, token: str, stats: Callable[[], dict[str, Any]], trusted_proxies: Iterable[str] = ()
+    ) -> None:
         self.prefix = prefix
         self._token = token.encode()
         self._stats = stats
+        self._trusted = TrustedProxies(trusted_proxies)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         client = scope.get("client")
@@ -46,7 +51,9 @@ class AdminEndpoints:
             return _json(200, self._stats())
         return _json(404, {"error": f"no admin endpoint {name!r}", "endpoints": ["stats", "healthz"]})
 
-    def _allowed(self, client_host: str | None, headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    def _allowed(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> bool:
+        # Behind an nginx on the same host every peer is loopback: the forwarded client is what counts.
+        client_host = self._trusted.client(peer, headers)
         if client_host is None or client_host.startswith(_LOOPBACK_PREFIXES):
             return True
         if not self._token:

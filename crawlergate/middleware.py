@@ -64,7 +64,12 @@ class CrawlerGateMiddleware:
             timeout_s=settings.cache.fill_timeout_seconds,
             max_bytes=settings.l2.page_max_bytes,
         )
-        self.admin = AdminEndpoints(prefix=settings.admin.prefix, token=settings.admin.token, stats=self.stats)
+        self.admin = AdminEndpoints(
+            prefix=settings.admin.prefix,
+            token=settings.admin.token,
+            stats=self.stats,
+            trusted_proxies=settings.server.trusted_proxies,
+        )
         self._background: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:

@@ -12,7 +12,6 @@ app, so a mounted gate and the proxy share one code path.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -23,6 +22,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from crawlergate.config import Settings, load_settings
 from crawlergate.errors import ConfigError
+from crawlergate.forwarded import TrustedProxies
 from crawlergate.middleware import CrawlerGateMiddleware
 from crawlergate.serve import plain_response, send_response
 
@@ -69,7 +69,7 @@ class ReverseProxy:
             raise ConfigError(f"Setting 'server.origin' has value '{origin}'. Must be an http:// or https:// URL.")
         self.origin = origin.rstrip("/")
         self._origin_prefix = parts.path.rstrip("/").encode()
-        self._trusted = [ipaddress.ip_network(item, strict=False) for item in trusted_proxies]
+        self._trusted = TrustedProxies(trusted_proxies)
         # The transport is called directly: the client layer (cookies, auth, redirects, hooks) has nothing
         # to do in a proxy and costs ~0.3 ms a request.
         self._transport = transport or httpx.AsyncHTTPTransport(
@@ -131,7 +131,7 @@ class ReverseProxy:
     def _forward_headers(self, scope: Scope) -> list[tuple[bytes, bytes]]:
         client = scope.get("client")
         client_ip = client[0] if client else ""
-        trusted = self._is_trusted(client_ip)
+        trusted = client_ip in self._trusted
         headers = _without_hop_by_hop(scope["headers"], drop=_FORWARDED if not trusted else ())
         incoming = dict(headers)
         forwarded_for = incoming.get(b"x-forwarded-for")
@@ -145,15 +145,6 @@ class ReverseProxy:
         if host:
             result.append((b"x-forwarded-host", host))
         return result
-
-    def _is_trusted(self, address: str) -> bool:
-        if not self._trusted or not address:
-            return False
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return False
-        return any(ip in network for network in self._trusted)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

@@ -75,7 +75,12 @@ class CrawlerGateWSGI:
         self.origin = WsgiOrigin(
             app, canonical_host=settings.server.canonical_host or "localhost", max_bytes=settings.l2.page_max_bytes
         )
-        self.admin = AdminEndpoints(prefix=settings.admin.prefix, token=settings.admin.token, stats=self.core.stats)
+        self.admin = AdminEndpoints(
+            prefix=settings.admin.prefix,
+            token=settings.admin.token,
+            stats=self.core.stats,
+            trusted_proxies=settings.server.trusted_proxies,
+        )
         self._fills: dict[str, _Flight] = {}
         self._fills_lock = threading.Lock()
         self._prefetcher = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="crawlergate-prefetch")

@@ -493,3 +493,15 @@ async def test_middleware_origin_timeout_is_504_or_stale(
     assert stale.headers["x-crawlergate"] == "stale" and stale.text == PAGE + "1"
     assert timeout.status_code == 504
     assert gate.stats()["crawler"]["errors"] == 1
+
+
+async def test_middleware_stats_behind_a_local_proxy_judge_the_forwarded_client(
+    make_gate: Callable[..., CrawlerGateMiddleware],
+) -> None:
+    gate = make_gate()
+    # An nginx on the same host: the peer is loopback, the visitor is not.
+    async with _client(gate) as client:
+        visitor = await client.get("/_crawlergate/stats", headers={"x-forwarded-for": "203.0.113.9"})
+        local = await client.get("/_crawlergate/stats", headers={"x-forwarded-for": "127.0.0.1"})
+    assert visitor.status_code == 403
+    assert local.status_code == 200

@@ -1,0 +1,39 @@
+"""Who is the client? The connection's peer, or, behind a trusted proxy, what X-Forwarded-For says.
+
+Only proxies listed in ``server.trusted_proxies`` may speak for a client (RFC 7239 section 8.3
+warns that anyone else can write the header). Used by the reverse proxy to build the forwarded
+headers it sends on, and by the admin endpoints, whose "loopback only" must not let every visitor
+of an nginx on the same host through.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+
+class TrustedProxies:
+    """A set of addresses and networks whose forwarding headers are believed."""
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        self._networks = [ipaddress.ip_network(entry, strict=False) for entry in entries]
+
+    def __contains__(self, address: object) -> bool:
+        if not self._networks or not isinstance(address, str) or not address:
+            return False
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in network for network in self._networks)
+
+    def client(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+        """The client's address: walk X-Forwarded-For from the right while the hops are trusted proxies."""
+        if peer is None or peer not in self:
+            return peer
+        forwarded = b",".join(value for name, value in headers if name == b"x-forwarded-for")
+        hops = [hop.strip().decode("latin-1") for hop in forwarded.split(b",") if hop.strip()]
+        address = peer
+        while hops and address in self:
+            address = hops.pop()
+        return address

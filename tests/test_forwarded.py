@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import pytest
+
+from crawlergate.forwarded import TrustedProxies
+
+
+@pytest.mark.parametrize(
+    ("peer", "forwarded", "client"),
+    [
+        pytest.param("203.0.113.1", b"1.2.3.4", "203.0.113.1", id="untrusted-peer-speaks-for-itself"),
+        pytest.param("127.0.0.1", b"", "127.0.0.1", id="trusted-peer-without-header"),
+        pytest.param("127.0.0.1", b"198.51.100.7", "198.51.100.7", id="one-hop"),
+        pytest.param("127.0.0.1", b"6.6.6.6, 198.51.100.7, 10.0.0.2", "198.51.100.7", id="spoofed-left-part-ignored"),
+        pytest.param("127.0.0.1", b"garbage", "garbage", id="not-an-address"),
+        pytest.param(None, b"1.2.3.4", None, id="no-peer"),
+    ],
+)
+def test_forwarded_client(peer: str | None, forwarded: bytes, client: str | None) -> None:
+    trusted = TrustedProxies(["127.0.0.1", "10.0.0.0/8"])
+    headers = [(b"x-forwarded-for", forwarded)] if forwarded else []
+    assert trusted.client(peer, headers) == client
+
+
+def test_forwarded_membership() -> None:
+    trusted = TrustedProxies(["::1", "10.0.0.0/8"])
+    assert "10.1.2.3" in trusted and "::1" in trusted
+    assert "11.0.0.1" not in trusted and "not an ip" not in trusted and "" not in trusted
+    assert "127.0.0.1" not in TrustedProxies([])
