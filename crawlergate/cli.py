@@ -127,6 +127,18 @@ def _parser() -> argparse.ArgumentParser:
     _add_settings_flags(replay)
     replay.set_defaults(handler=_run_replay)
 
+    stats = commands.add_parser(
+        "stats",
+        help="the live figures of a running gate, in the terminal",
+        description="Fetch a running gate's /_crawlergate/stats and show requests, hit ratios and TTFB per class.",
+    )
+    stats.add_argument("--url", required=True, help="the gate's base URL, e.g. http://127.0.0.1:8080")
+    stats.add_argument("--token", default=os.environ.get("CRAWLERGATE_ADMIN_TOKEN", ""), help="admin bearer token")
+    stats.add_argument("--watch", type=_positive_float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
+    stats.add_argument("--json", action="store_true", help="print the raw JSON")
+    stats.add_argument("--prefix", default="/_crawlergate", help="the admin prefix (admin.prefix)")
+    stats.set_defaults(handler=_run_stats)
+
     simulate = commands.add_parser(
         "simulate",
         help="simulate L1 cache policies over an access log, to size memcached",
@@ -278,6 +290,50 @@ def _run_replay(args: argparse.Namespace) -> int:
         _write_text(args.report, report_html(results))
         print(f"report: {args.report}")
     return EXIT_OK
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    import time
+
+    import httpx
+
+    url = args.url.rstrip("/") + args.prefix + "/stats"
+    headers = {"authorization": f"Bearer {args.token}"} if args.token else {}
+    while True:
+        try:
+            response = httpx.get(url, headers=headers, timeout=5)
+        except httpx.HTTPError as exc:
+            raise CrawlerGateError(f"Cannot reach {url}: {exc}.") from None
+        if response.status_code != 200:
+            raise CrawlerGateError(f"{url} answered {response.status_code}: {response.text.strip()[:200]}")
+        data = response.json()
+        print(json.dumps(data, indent=2, sort_keys=True) if args.json else _format_stats(data), flush=True)
+        if not args.watch:
+            return EXIT_OK
+        time.sleep(args.watch)
+        print()
+
+
+def _format_stats(data: dict[str, Any]) -> str:
+    lines = [f"{'':<8}{'requests':>10}{'L1 hits':>10}{'L2 hits':>10}{'misses':>9}{'stale':>7}{'passes':>9}"
+             f"{'hit ratio':>11}{'TTFB p50':>10}{'p99':>9}{'mean ms':>9}"]  # fmt: skip
+    for kind in ("crawler", "human"):
+        row = data.get(kind, {})
+        ttfb = row.get("ttfb_ms", {})
+        lines.append(
+            f"{kind:<8}{row.get('requests', 0):>10,}{row.get('l1_hits', 0):>10,}{row.get('l2_hits', 0):>10,}"
+            f"{row.get('misses', 0):>9,}{row.get('stale', 0):>7,}{row.get('passes', 0):>9,}"
+            f"{row.get('hit_ratio', 0):>11.1%}{ttfb.get('p50', 0):>10.2f}{ttfb.get('p99', 0):>9.2f}"
+            f"{ttfb.get('mean', 0):>9.2f}"
+        )
+    l2 = data.get("l2", {})
+    lines.append(
+        f"origin fetches {data.get('origin_fetches', 0):,} ({data.get('origin_errors', 0):,} errors); "
+        f"L1 {data.get('l1', {}).get('backend', '?')}; "
+        f"L2 {l2.get('pages', 0):,} pages, {l2.get('bytes', 0) / 1e6:.1f} MB; "
+        f"human prefetches {data.get('human', {}).get('prefetches', 0):,}; up {data.get('uptime_s', 0):,.0f} s"
+    )
+    return "\n".join(lines)
 
 
 def _run_simulate(args: argparse.Namespace) -> int:

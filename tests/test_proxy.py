@@ -253,3 +253,22 @@ def test_serve_port_in_use(forum: ServerThread, tmp_path: Path, capsys: pytest.C
     argv = ["serve", "--origin", forum.url, "--port", str(forum.port), "--cache-dir", str(tmp_path)]
     assert main(argv) == 2
     assert "Cannot listen on 127.0.0.1" in capsys.readouterr().err
+
+
+def test_cli_stats_of_a_running_gate(forum_proxy: ServerThread, capsys: pytest.CaptureFixture[str]) -> None:
+    from crawlergate.cli import main
+
+    httpx.get(f"{forum_proxy.url}/showthread.php?t=2", headers=GOOGLEBOT)
+    httpx.get(f"{forum_proxy.url}/showthread.php?t=2", headers=GOOGLEBOT)
+    assert main(["stats", "--url", forum_proxy.url]) == 0
+    out = capsys.readouterr().out
+    assert "crawler" in out and "50.0%" in out and "origin fetches 1" in out
+    assert main(["stats", "--url", forum_proxy.url, "--json"]) == 0
+    assert '"l1_hits": 1' in capsys.readouterr().out
+
+
+def test_cli_stats_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
+    from crawlergate.cli import main
+
+    assert main(["stats", "--url", f"http://127.0.0.1:{free_port()}"]) == 2
+    assert "Cannot reach" in capsys.readouterr().err

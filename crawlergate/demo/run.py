@@ -185,7 +185,8 @@ def _comparison(closed: list[ReplayResult], opened: list[ReplayResult], stats: d
             f"  throughput        {direct['throughput_rps']:,.1f} → {gated['throughput_rps']:,.1f} requests/s "
             f"({gated['throughput_rps'] / direct['throughput_rps']:,.2f}x; paper 1.84x)",
             f"  crawler mean TTFB {speedup('crawler')}; paper 118x",
-            f"  human mean TTFB   {speedup('human')}, {human_change:.0%} lower; paper 31 % lower",
+            f"  human mean TTFB   {speedup('human')}, {abs(human_change):.0%} "
+            f"{'lower' if human_change >= 0 else 'higher'}; paper 31 % lower",
             f"  crawler hit ratio {hits / lookups if lookups else 0:.1%} ({crawler['l1_hits']:,} L1, "
             f"{crawler['l2_hits']:,} L2, {crawler['misses']:,} misses); "
             f"{stats['human']['prefetches']:,} human-induced prefetches",
