@@ -1,4 +1,4 @@
-"""The /_crawlergate/ endpoints: ``stats`` (JSON) and ``healthz``, for the ASGI and WSGI gates alike.
+"""The /_crawlergate/ endpoints: ``stats`` (JSON), ``metrics`` (Prometheus) and ``healthz``, ASGI and WSGI alike.
 
 ``healthz`` answers everyone. The others answer loopback clients (the client that a trusted proxy
 forwards for, not the proxy itself), and, when a token is configured, whoever presents
@@ -24,11 +24,18 @@ class AdminEndpoints:
     """Answers admin requests; ``respond`` is interface-free, calling the object serves ASGI."""
 
     def __init__(
-        self, *, prefix: str, token: str, stats: Callable[[], dict[str, Any]], trusted_proxies: Iterable[str] = ()
+        self,
+        *,
+        prefix: str,
+        token: str,
+        stats: Callable[[], dict[str, Any]],
+        prometheus: Callable[[], str] | None = None,
+        trusted_proxies: Iterable[str] = (),
     ) -> None:
         self.prefix = prefix
         self._token = token.encode()
         self._stats = stats
+        self._prometheus = prometheus
         self._trusted = TrustedProxies(trusted_proxies)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -45,11 +52,20 @@ class AdminEndpoints:
             return _json(200, {"status": "ok"})
         if not self._allowed(client_host, headers):
             return _json(403, {"error": "admin endpoints answer loopback clients or a valid bearer token"})
+        if name in ("stats", "metrics") and method not in ("GET", "HEAD"):
+            return _json(405, {"error": "use GET"}, extra=[(b"allow", b"GET, HEAD")])
         if name == "stats":
-            if method not in ("GET", "HEAD"):
-                return _json(405, {"error": "use GET"}, extra=[(b"allow", b"GET, HEAD")])
             return _json(200, self._stats())
-        return _json(404, {"error": f"no admin endpoint {name!r}", "endpoints": ["stats", "healthz"]})
+        if name == "metrics" and self._prometheus is not None:
+            text = self._prometheus().encode()
+            headers = [
+                (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+                (b"content-length", b"%d" % len(text)),
+                (b"cache-control", b"no-store"),
+                (b"x-crawlergate", b"pass"),
+            ]
+            return 200, headers, text
+        return _json(404, {"error": f"no admin endpoint {name!r}", "endpoints": ["stats", "metrics", "healthz"]})
 
     def _allowed(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> bool:
         # Behind an nginx on the same host every peer is loopback: the forwarded client is what counts.

@@ -198,6 +198,11 @@ class GateCore:
         data["l2"] = {"pages": len(self.cache.l2), "bytes": self.cache.l2.used_bytes}
         return data
 
+    def prometheus(self) -> str:
+        return self.metrics.prometheus(
+            {"crawlergate_l2_pages": len(self.cache.l2), "crawlergate_l2_bytes": self.cache.l2.used_bytes}
+        )
+
     def mark_changed(self, url: str) -> int:
         """Drop a page from both levels so the next crawler request refetches it; returns pages dropped."""
         raw_path, _, query = url.partition("?")

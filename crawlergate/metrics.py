@@ -27,6 +27,11 @@ _LOG_GROWTH = math.log(_BUCKET_GROWTH)
 _BUCKETS = 350
 
 
+# Prometheus histogram buckets: the usual latency ladder, from half a millisecond to ten seconds.
+PROMETHEUS_BOUNDS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_BOUNDS_MS = tuple(bound * 1000 for bound in PROMETHEUS_BOUNDS_S)
+
+
 class Histogram:
     """A log-bucketed latency histogram in milliseconds."""
 
@@ -57,6 +62,16 @@ class Histogram:
             if seen >= rank:
                 return min(_BUCKET_BASE_MS * _BUCKET_GROWTH**index, self.max_ms)
         return self.max_ms  # pragma: no cover
+
+    def cumulative_ms(self, bounds_ms: tuple[float, ...]) -> list[int]:
+        """Samples at or below each bound (Prometheus ``le`` buckets), from the fine log buckets."""
+        counts, total, index = [], 0, 0
+        for bound in bounds_ms:
+            while index < _BUCKETS and _BUCKET_BASE_MS * _BUCKET_GROWTH**index <= bound * (1 + 1e-9):
+                total += self.counts[index]
+                index += 1
+            counts.append(total)
+        return counts
 
     def summary(self) -> dict[str, float]:
         return {
@@ -103,6 +118,46 @@ class Metrics:
 
     def count_store_error(self, kind: str) -> None:
         self.classes[kind].store_errors += 1
+
+    def prometheus(self, gauges: dict[str, float] | None = None) -> str:
+        """The counters in the Prometheus text exposition format (version 0.0.4)."""
+        lines = [
+            "# HELP crawlergate_requests_total Requests answered, by class and X-Crawlergate outcome.",
+            "# TYPE crawlergate_requests_total counter",
+        ]
+        with self._lock:
+            for name, counters in self.classes.items():
+                for outcome, count in counters.outcomes.items():
+                    lines.append(f'crawlergate_requests_total{{class="{name}",outcome="{outcome}"}} {count}')
+            lines += [
+                "# HELP crawlergate_ttfb_seconds Time from the request to its first body byte.",
+                "# TYPE crawlergate_ttfb_seconds histogram",
+            ]
+            for name, counters in self.classes.items():
+                histogram = counters.ttfb
+                for bound, count in zip(PROMETHEUS_BOUNDS_S, histogram.cumulative_ms(_BOUNDS_MS), strict=True):
+                    lines.append(f'crawlergate_ttfb_seconds_bucket{{class="{name}",le="{bound:g}"}} {count}')
+                lines.append(f'crawlergate_ttfb_seconds_bucket{{class="{name}",le="+Inf"}} {histogram.count}')
+                lines.append(f'crawlergate_ttfb_seconds_sum{{class="{name}"}} {histogram.total_ms / 1000:.6f}')
+                lines.append(f'crawlergate_ttfb_seconds_count{{class="{name}"}} {histogram.count}')
+            counters_of_process = {
+                "crawlergate_origin_fetches_total": ("Guest sub-requests sent to the site.", self.origin_fetches),
+                "crawlergate_origin_errors_total": ("Guest sub-requests that failed.", self.origin_errors),
+                "crawlergate_corrupt_pages_total": ("Stored pages that failed their checksum.", self.corrupt_pages),
+                "crawlergate_prefetches_total": (
+                    "Pages human views copied from L2 into L1.",
+                    self.classes["human"].prefetches,
+                ),
+            }
+            for key, (text, count) in counters_of_process.items():
+                lines += [f"# HELP {key} {text}", f"# TYPE {key} counter", f"{key} {count}"]
+            lines += ["# HELP crawlergate_store_errors_total Cache store failures treated as misses.",
+                      "# TYPE crawlergate_store_errors_total counter"]  # fmt: skip
+            for name, counters in self.classes.items():
+                lines.append(f'crawlergate_store_errors_total{{class="{name}"}} {counters.store_errors}')
+        for key, gauge in (gauges or {}).items():
+            lines += [f"# TYPE {key} gauge", f"{key} {gauge:g}"]
+        return "\n".join(lines) + "\n"
 
     def snapshot(self) -> dict[str, Any]:
         """The stats JSON: per class requests, hits per level, misses, hit ratio and TTFB percentiles."""

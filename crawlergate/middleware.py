@@ -68,6 +68,7 @@ class CrawlerGateMiddleware:
             prefix=settings.admin.prefix,
             token=settings.admin.token,
             stats=self.stats,
+            prometheus=self.core.prometheus,
             trusted_proxies=settings.server.trusted_proxies,
         )
         self._background: set[asyncio.Task[None]] = set()

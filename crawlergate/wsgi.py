@@ -79,6 +79,7 @@ class CrawlerGateWSGI:
             prefix=settings.admin.prefix,
             token=settings.admin.token,
             stats=self.core.stats,
+            prometheus=self.core.prometheus,
             trusted_proxies=settings.server.trusted_proxies,
         )
         self._fills: dict[str, _Flight] = {}

@@ -505,3 +505,24 @@ async def test_middleware_stats_behind_a_local_proxy_judge_the_forwarded_client(
         local = await client.get("/_crawlergate/stats", headers={"x-forwarded-for": "127.0.0.1"})
     assert visitor.status_code == 403
     assert local.status_code == 200
+
+
+async def test_middleware_prometheus_metrics(make_gate: Callable[..., CrawlerGateMiddleware]) -> None:
+    gate = make_gate()
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        await client.get("/t/1", headers=GOOGLEBOT)
+        response = await client.get("/_crawlergate/metrics")
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    text = response.text
+    assert 'crawlergate_requests_total{class="crawler",outcome="l1-hit"} 1' in text
+    assert 'crawlergate_requests_total{class="crawler",outcome="miss"} 1' in text
+    assert 'crawlergate_ttfb_seconds_count{class="crawler"} 2' in text
+    assert 'crawlergate_ttfb_seconds_bucket{class="crawler",le="+Inf"} 2' in text
+    assert "crawlergate_origin_fetches_total 1" in text and "crawlergate_l2_pages 1" in text
+    buckets = [
+        int(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith('crawlergate_ttfb_seconds_bucket{class="crawler"')
+    ]
+    assert buckets == sorted(buckets)
