@@ -16,7 +16,7 @@ import json
 import struct
 import zlib
 from dataclasses import dataclass
-from email.utils import formatdate, parsedate_to_datetime
+from email.utils import parsedate_to_datetime
 
 _MAGIC = b"CGP1"
 _HEADER = struct.Struct("!4sI")
@@ -64,10 +64,6 @@ class Page:
             expires_at=generated_at + ttl_seconds,
             headers=headers,
         )
-
-    @property
-    def http_date(self) -> str:
-        return formatdate(self.last_modified, usegmt=True)
 
     def body(self) -> bytes:
         """The decompressed body, for the rare client that does not accept gzip."""
