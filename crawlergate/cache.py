@@ -48,13 +48,25 @@ class Found:
 class TwoLevelCache:
     """The two cache levels together; synchronous, called from the gate directly or in a worker thread."""
 
-    def __init__(self, l1: Store, l2: DiskStore, metrics: Metrics, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        l1: Store,
+        l2: DiskStore,
+        metrics: Metrics,
+        *,
+        clock: Callable[[], float] = time.time,
+        local_ttl_s: float = 0.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.l1 = l1
         self.l2 = l2
         self.metrics = metrics
         self.clock = clock
+        # A page this process read from a remote L1 is trusted for this long without asking again.
+        self.local_ttl_s = local_ttl_s
+        self._monotonic = monotonic
         self._fills: dict[str, asyncio.Future[object]] = {}
-        self._decoded: OrderedDict[str, tuple[bytes, Found]] = OrderedDict()
+        self._decoded: OrderedDict[str, tuple[bytes, Found, float]] = OrderedDict()
 
     def start(self) -> None:
         self.l2.start()
@@ -68,19 +80,25 @@ class TwoLevelCache:
         return self.lookup_l1(key, kind) or self.lookup_l2(key, kind)
 
     def lookup_l1(self, key: CacheKey, kind: str = "crawler") -> Found | None:
+        decoded = self._decoded.get(key.digest)
+        now = self._monotonic()
+        if decoded is not None and now - decoded[2] < self.local_ttl_s:
+            self._decoded.move_to_end(key.digest)
+            return decoded[1]
         data = self._get(self.l1, key, kind)
         if data is None:
+            self._decoded.pop(key.digest, None)
             return None
-        decoded = self._decoded.get(key.digest)
         # The embedded store returns the very object it holds; memcached returns equal bytes.
         if decoded is not None and (decoded[0] is data or decoded[0] == data):
+            self._decoded[key.digest] = (data, decoded[1], now)
             self._decoded.move_to_end(key.digest)
             return decoded[1]
         page = self._parse(self.l1, key, data, kind, verify=False)
         if page is None:
             return None
         found = Found(page, "l1")
-        self._decoded[key.digest] = (data, found)
+        self._decoded[key.digest] = (data, found, now)
         if len(self._decoded) > DECODED_PAGES:
             self._decoded.popitem(last=False)
         return found
@@ -103,6 +121,7 @@ class TwoLevelCache:
 
     def store(self, key: CacheKey, page: Page) -> None:
         """Write-through: L2 first (the copy that survives), then L1."""
+        self._decoded.pop(key.digest, None)
         data = page.to_bytes()
         self._put(self.l2, key, data, "crawler")
         self._put(self.l1, key, data, "crawler")
@@ -132,6 +151,7 @@ class TwoLevelCache:
         return added
 
     def invalidate(self, key: CacheKey) -> None:
+        self._decoded.pop(key.digest, None)
         for store in (self.l1, self.l2):
             try:
                 store.delete(key.digest)

@@ -99,8 +99,12 @@ class L1Settings:
     connect_timeout_ms: float = 50.0
     timeout_ms: float = 50.0
     dead_retry_seconds: float = 10.0
+    # With memcached: how long a worker trusts a page it read without asking memcached again. A page
+    # changed elsewhere reaches this worker's crawlers at most this late; 0 asks every time.
+    local_ttl_ms: float = 1000.0
 
     def __post_init__(self) -> None:
+        _require(self.local_ttl_ms >= 0, "l1.local_ttl_ms", self.local_ttl_ms, "Must be zero or a positive number.")
         for server in self.memcached:
             if not re.fullmatch(r"[^\s:]+:\d{1,5}", server):
                 _fail("l1.memcached", server, "Each server must be HOST:PORT, e.g. 127.0.0.1:11211.")

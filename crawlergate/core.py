@@ -242,7 +242,9 @@ class GateCore:
 def build_cache(settings: Settings, metrics: Metrics) -> TwoLevelCache:
     """L1 and L2 as the settings say: memcached when servers are given, else the embedded LRU."""
     l1: Store
+    local_ttl_s = 0.0
     if settings.l1.memcached:
+        local_ttl_s = settings.l1.local_ttl_ms / 1000
         l1 = MemcachedStore(
             settings.l1.memcached,
             connect_timeout_s=settings.l1.connect_timeout_ms / 1000,
@@ -253,7 +255,7 @@ def build_cache(settings: Settings, metrics: Metrics) -> TwoLevelCache:
     else:
         l1 = MemoryStore(settings.l1.max_bytes, item_max_bytes=settings.l1.item_max_bytes)
     l2 = DiskStore(Path(settings.cache_dir), max_bytes=settings.l2.max_bytes, page_max_bytes=settings.l2.page_max_bytes)
-    return TwoLevelCache(l1, l2, metrics)
+    return TwoLevelCache(l1, l2, metrics, local_ttl_s=local_ttl_s)
 
 
 def origin_headers(response: OriginResponse) -> list[tuple[bytes, bytes]]:

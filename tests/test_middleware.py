@@ -422,7 +422,8 @@ async def test_middleware_stats_refuse_remote_clients_without_token(
 async def test_middleware_with_memcached_l1_survives_memcached_death(
     make_gate: Callable[..., CrawlerGateMiddleware], site: Site, memcached_server: MemcachedServer
 ) -> None:
-    gate = make_gate(l1=L1Settings(memcached=(memcached_server.address,), dead_retry_seconds=60))
+    l1 = L1Settings(memcached=(memcached_server.address,), dead_retry_seconds=60, local_ttl_ms=0)
+    gate = make_gate(l1=l1)
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
         assert (await client.get("/t/1", headers=GOOGLEBOT)).headers["x-crawlergate"] == "l1-hit"

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crawlergate.cache import TwoLevelCache
+from crawlergate.keys import CacheKey, digest_of
+from crawlergate.metrics import Metrics
+from crawlergate.page import Page
+from crawlergate.stores.disk import DiskStore
+from crawlergate.stores.memcached import MemcachedStore
+from crawlergate.stores.memory import MemoryStore
+from tests.conftest import MemcachedServer
+
+KEY = CacheKey("/t/1", digest_of("/t/1"))
+PAGE = Page.from_response(200, b"<p>page</p>", content_type="text/html", generated_at=1000.0, ttl_seconds=60)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.memcached
+def test_cache_trusts_a_remote_l1_page_for_the_local_ttl(tmp_path: Path, memcached_server: MemcachedServer) -> None:
+    clock = FakeClock()
+    l1 = MemcachedStore([memcached_server.address])
+    cache = TwoLevelCache(l1, DiskStore(tmp_path, max_bytes=10**6), Metrics(), local_ttl_s=1.0, monotonic=clock)
+    cache.start()
+    cache.store(KEY, PAGE)
+    assert cache.lookup_l1(KEY) is not None
+    l1.delete(KEY.digest)  # changed by another worker
+    assert cache.lookup_l1(KEY) is not None  # still trusted locally
+    clock.now += 1.5
+    assert cache.lookup_l1(KEY) is None  # asked memcached again
+    cache.store(KEY, PAGE)
+    assert cache.lookup_l1(KEY) is not None
+    cache.invalidate(KEY)
+    assert cache.lookup_l1(KEY) is None  # this worker's own invalidation is immediate
+    cache.close()
+
+
+def test_cache_without_local_ttl_asks_l1_every_time(tmp_path: Path) -> None:
+    l1 = MemoryStore(10**6)
+    cache = TwoLevelCache(l1, DiskStore(tmp_path, max_bytes=10**6), Metrics())
+    cache.start()
+    cache.store(KEY, PAGE)
+    assert cache.lookup_l1(KEY) is not None
+    l1.delete(KEY.digest)
+    assert cache.lookup_l1(KEY) is None
+    found = cache.lookup(KEY)
+    assert found is not None and found.level == "l2"
+    assert cache.lookup_l1(KEY) is not None  # promoted
