@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from crawlergate.admin import AdminEndpoints
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
@@ -113,6 +114,15 @@ class GateCore:
         rules_path = resolve_rule_files(settings.classify.rules_dir, (settings.cache.rules_file,), ())[0]
         self.keys = KeyMaker(load_cache_rules(rules_path), admin_prefix=settings.admin.prefix)
         self.clock = clock
+        self.admin = AdminEndpoints(
+            prefix=settings.admin.prefix,
+            token=settings.admin.token,
+            stats=self.stats,
+            prometheus=self.prometheus,
+            trusted_proxies=settings.server.trusted_proxies,
+        )
+        # The Host of guest sub-requests.
+        self.canonical_host = settings.server.canonical_host or "localhost"
         self._admin_prefix = settings.admin.prefix
         self._started = False
         self._start_lock = threading.Lock()

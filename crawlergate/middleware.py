@@ -19,7 +19,6 @@ from collections.abc import Callable, Coroutine
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from crawlergate.admin import AdminEndpoints
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
@@ -60,17 +59,11 @@ class CrawlerGateMiddleware:
         self.metrics = self.core.metrics
         self.origin = origin or AsgiOrigin(
             app,
-            canonical_host=settings.server.canonical_host or "localhost",
+            canonical_host=self.core.canonical_host,
             timeout_s=settings.cache.fill_timeout_seconds,
             max_bytes=settings.l2.page_max_bytes,
         )
-        self.admin = AdminEndpoints(
-            prefix=settings.admin.prefix,
-            token=settings.admin.token,
-            stats=self.stats,
-            prometheus=self.core.prometheus,
-            trusted_proxies=settings.server.trusted_proxies,
-        )
+        self.admin = self.core.admin
         self._background: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:

@@ -18,7 +18,6 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from crawlergate.admin import AdminEndpoints
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
@@ -72,16 +71,8 @@ class CrawlerGateWSGI:
         self.settings = settings
         self.cache = self.core.cache
         self.metrics = self.core.metrics
-        self.origin = WsgiOrigin(
-            app, canonical_host=settings.server.canonical_host or "localhost", max_bytes=settings.l2.page_max_bytes
-        )
-        self.admin = AdminEndpoints(
-            prefix=settings.admin.prefix,
-            token=settings.admin.token,
-            stats=self.core.stats,
-            prometheus=self.core.prometheus,
-            trusted_proxies=settings.server.trusted_proxies,
-        )
+        self.origin = WsgiOrigin(app, canonical_host=self.core.canonical_host, max_bytes=settings.l2.page_max_bytes)
+        self.admin = self.core.admin
         self._fills: dict[str, _Flight] = {}
         self._fills_lock = threading.Lock()
         self._prefetcher = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="crawlergate-prefetch")
