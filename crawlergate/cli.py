@@ -341,14 +341,14 @@ def _run_simulate(args: argparse.Namespace) -> int:
 
     from crawlergate.config import default_cache_root
     from crawlergate.keys import KeyMaker
-    from crawlergate.rules import load_cache_rules, resolve_rule_files, rules_fingerprint
+    from crawlergate.rules import resolve_rule_files, rules_fingerprint
     from crawlergate.simulate import POLICIES, default_sizes, format_report, load_trace, report_html, run_simulation
 
     settings = _settings(args)
     classifier = Classifier.from_settings(settings.classify)
     classify_settings = settings.classify
     cache_rules = resolve_rule_files(classify_settings.rules_dir, (settings.cache.rules_file,), ())[0]
-    keys = KeyMaker(load_cache_rules(cache_rules), admin_prefix=settings.admin.prefix)
+    keys = KeyMaker.from_settings(settings)
     rule_files = resolve_rule_files(
         classify_settings.rules_dir, classify_settings.rule_files, classify_settings.extra_rules
     )
@@ -499,11 +499,8 @@ def _write_json(target: str, data: Any) -> None:
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     if target == "-":
         sys.stdout.write(text)
-        return
-    try:
-        Path(target).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise CrawlerGateError(f"Cannot write '{target}': {exc.strerror}.") from None
+    else:
+        _write_text(Path(target), text)
 
 
 def _write_text(target: Path, text: str) -> None:
@@ -536,31 +533,21 @@ def _policies(text: str) -> list[str]:
     return policies
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
-    return value
+def _number_argument(convert: Callable[[str], Any], accept: Callable[[Any], bool], rule: str) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text, or say what it must be."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not accept(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, not {text!r}")
+        return value
+
+    return parse
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, not {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
-    return value
+_positive_int = _number_argument(int, lambda value: value > 0, "a positive integer")
+_positive_float = _number_argument(float, lambda value: value > 0, "a positive number")
+_fraction = _number_argument(float, lambda value: 0 <= value <= 1, "a number from 0 to 1")

@@ -27,7 +27,6 @@ from crawlergate.keys import CacheKey, KeyMaker
 from crawlergate.metrics import Metrics
 from crawlergate.origin import OriginResponse, PageTooLarge
 from crawlergate.page import Page, parse_http_date
-from crawlergate.rules import load_cache_rules, resolve_rule_files
 from crawlergate.serve import Response, page_response, plain_response
 from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore
@@ -111,8 +110,7 @@ class GateCore:
         self.metrics = cache.metrics if cache is not None else Metrics()
         self.cache = cache if cache is not None else build_cache(settings, self.metrics)
         self.classifier = classifier or Classifier.from_settings(settings.classify)
-        rules_path = resolve_rule_files(settings.classify.rules_dir, (settings.cache.rules_file,), ())[0]
-        self.keys = KeyMaker(load_cache_rules(rules_path), admin_prefix=settings.admin.prefix)
+        self.keys = KeyMaker.from_settings(settings)
         self.clock = clock
         self.admin = AdminEndpoints(
             prefix=settings.admin.prefix,
@@ -157,15 +155,12 @@ class GateCore:
         return Decision(Route.PASS, verdict, key, request)
 
     def should_prefetch(self, decision: Decision, status: int) -> bool:
-        """A human's successful view of a page that L2 holds (the index answers; no disk access)."""
+        """A human's successful view of a page that L2 holds (the index answers; no disk access).
+
+        A passed request with a cache key is a human's: a crawler's cacheable GET takes the crawler route.
+        """
         key = decision.key
-        return (
-            key is not None
-            and status == 200
-            and not decision.verdict.is_crawler
-            and decision.route is Route.PASS
-            and self.cache.l2.contains(key.digest)
-        )
+        return decision.route is Route.PASS and key is not None and status == 200 and self.cache.l2.contains(key.digest)
 
     def is_fresh(self, page: Page) -> bool:
         return not page.is_expired(self.clock())

@@ -6,7 +6,7 @@ another host. Query parameters that do not count (tracking, sessions, anything o
 allow-list) are dropped from the key *and* from the guest sub-request, so a stored page always
 matches its key. The digest names the page in L1 and L2; no path on disk is ever built from a URL.
 
-    keys = KeyMaker(load_cache_rules(path), admin_prefix="/_crawlergate")
+    keys = KeyMaker.from_settings(settings)
     keys.key_for(b"/showthread.php", b"t=12&utm_source=x")  # CacheKey(target="/showthread.php?t=12", ...)
 """
 
@@ -18,7 +18,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote_to_bytes
 
-from crawlergate.rules import CacheRules
+from crawlergate.config import Settings
+from crawlergate.rules import CacheRules, load_cache_rules, resolve_rule_files
 
 # Keys longer than this are not cached: real page URLs are far shorter, and a long key is an attack
 # on the cache's memory rather than a page (memcached itself caps keys at 250 bytes; we hash them).
@@ -49,11 +50,16 @@ class KeyMaker:
 
     def __init__(self, rules: CacheRules, *, admin_prefix: str, max_target_chars: int = MAX_TARGET_CHARS) -> None:
         self.rules = rules
-        self._rules = rules
         self._admin_prefix = admin_prefix
         self._max_target_chars = max_target_chars
         # Requests repeat URLs (a hit is a repeat by definition): normalising once per URL saves ~15 µs a request.
         self._memo = functools.lru_cache(maxsize=KEY_MEMO_SIZE)(self._key_for)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> KeyMaker:
+        """The key maker of a gate: the configured cache rules file, the admin prefix never cacheable."""
+        path = resolve_rule_files(settings.classify.rules_dir, (settings.cache.rules_file,), ())[0]
+        return cls(load_cache_rules(path), admin_prefix=settings.admin.prefix)
 
     def key_for(self, raw_path: bytes, query_string: bytes = b"") -> CacheKey | None:
         """The key of a GET/HEAD request, or None when the URL is not cacheable."""
@@ -74,7 +80,7 @@ class KeyMaker:
     def is_cacheable_path(self, path: str) -> bool:
         if path == self._admin_prefix or path.startswith(self._admin_prefix + "/"):
             return False
-        rules = self._rules
+        rules = self.rules
         if rules.include.match(path) is None:
             return False
         if rules.exclude is not None and rules.exclude.match(path) is not None:
@@ -86,7 +92,7 @@ class KeyMaker:
         if not query_string:
             return ""
         text = query_string.decode("latin-1")
-        keep = self._rules.keep_params.get(path)
+        keep = self.rules.keep_params.get(path)
         if _PLAIN_QUERY.fullmatch(text):
             # Nothing to decode or re-encode (the common case): split, filter and sort as they stand.
             pairs = [part.partition("=")[::2] for part in text.split("&") if part]
@@ -102,7 +108,7 @@ class KeyMaker:
     def _counts(self, name: str, keep: frozenset[str] | None) -> bool:
         if keep is not None and name.lower() not in keep:
             return False
-        drop = self._rules.drop_params
+        drop = self.rules.drop_params
         return drop is None or drop.fullmatch(name) is None
 
 

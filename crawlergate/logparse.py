@@ -134,13 +134,10 @@ class LogFormat:
         if match is None:
             return None
         values = dict(zip(self._fields, match.groups(), strict=True))
-        request = values.get("request") or ""
-        method, _, rest = request.partition(" ")
-        target, _, protocol = rest.rpartition(" ")
-        if not target or not protocol.startswith("HTTP/"):
-            target = rest
-        if not method or not target:
+        split = split_request(values.get("request") or "")
+        if split is None:
             return None
+        method, target = split
         timestamp = parse_log_time(values["time"]) if "time" in values else 0.0
         if timestamp is None:
             return None

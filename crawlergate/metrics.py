@@ -113,6 +113,10 @@ class Metrics:
             counters.outcomes[outcome] += 1
             counters.ttfb.add(ttfb_ms)
 
+    def record_since(self, kind: str, outcome: str, started: float) -> None:
+        """``record`` with the TTFB measured from ``started``, a ``time.perf_counter()`` reading."""
+        self.record(kind, outcome, (time.perf_counter() - started) * 1000)
+
     def count_prefetch(self) -> None:
         self.classes["human"].prefetches += 1
 

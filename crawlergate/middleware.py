@@ -107,7 +107,7 @@ class CrawlerGateMiddleware:
             await self.admin(scope, receive, send)
         else:
             await send_response(send, plain_response(414, b"URI Too Long\n", outcome=b"pass"))
-            self.metrics.record("human", "pass", _ms_since(started))
+            self.metrics.record_since("human", "pass", started)
 
     async def _serve_crawler(
         self, scope: Scope, receive: Receive, send: Send, decision: Decision, started: float
@@ -125,7 +125,7 @@ class CrawlerGateMiddleware:
             await send_response(
                 send, page_response(found.page, method, request, outcome=b"%s-hit" % found.level.encode())
             )
-            self.metrics.record("crawler", f"{found.level}-hit", _ms_since(started))
+            self.metrics.record_since("crawler", f"{found.level}-hit", started)
             return
         stale = found.page if found is not None else None
         result: Page | OriginResponse | None = None
@@ -146,7 +146,7 @@ class CrawlerGateMiddleware:
             await self._pass(scope, receive, send, "crawler", started)
             return
         await send_response(send, response)
-        self.metrics.record("crawler", outcome, _ms_since(started))
+        self.metrics.record_since("crawler", outcome, started)
 
     async def _fill(self, key: CacheKey) -> Page | OriginResponse:
         """One guest sub-request; the stored Page when storable, else the response as it came."""
@@ -175,7 +175,7 @@ class CrawlerGateMiddleware:
                 message["headers"] = [*message.get("headers", []), (b"x-crawlergate", b"pass")]
             elif message["type"] == "http.response.body" and first_body:
                 first_body = False
-                self.metrics.record(kind, "pass", _ms_since(started))
+                self.metrics.record_since(kind, "pass", started)
             await send(message)
 
         await self.app(scope, receive, send_marked)
@@ -200,7 +200,3 @@ class CrawlerGateMiddleware:
             return message
 
         return wrapped
-
-
-def _ms_since(started: float) -> float:
-    return (time.perf_counter() - started) * 1000

@@ -24,7 +24,6 @@ from crawlergate.config import CONFIG_PATH_VARIABLE, ENV_PREFIX, Settings
 from crawlergate.core import build_cache
 from crawlergate.errors import ConfigError
 from crawlergate.metrics import Metrics
-from crawlergate.proxy import ReverseProxy
 
 # Seconds uvicorn lets in-flight requests finish after SIGTERM before it closes them.
 GRACEFUL_SHUTDOWN_S = 30
@@ -37,7 +36,6 @@ def run_proxy(settings: Settings, *, config_path: Path | None, overrides: Mappin
         raise ConfigError(
             "No origin: give --origin URL (or the setting server.origin), e.g. --origin http://127.0.0.1:8000."
         )
-    ReverseProxy(server.origin)  # validates the URL the way the workers will
     cache = build_cache(settings, Metrics())
     cache.start()  # creates and indexes L2, or fails loudly
     pages, size = len(cache.l2), cache.l2.used_bytes

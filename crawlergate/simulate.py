@@ -32,7 +32,7 @@ from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from crawlergate.logparse import LogFormat, LogReader, parse_log_time, split_req
 
 POLICIES = ("lru", "lru+human", "clock", "random", "static", "min", "infinite")
 # Bumped when the cached trace's layout changes, so old files are ignored.
-TRACE_VERSION = 2
+TRACE_VERSION = 3
 _NEVER = 1 << 62
 
 
@@ -58,6 +58,14 @@ class Trace:
     targets: list[str]  # the page of each page number
     lines: int
     malformed: int
+    # The crawler requests alone, made once for the many policy runs that need only them.
+    _crawler_only: array[int] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def crawler_pages(self) -> array[int]:
+        if self._crawler_only is None:
+            chosen = zip(self.pages, self.crawler, strict=True)
+            self._crawler_only = array("I", (page for page, is_crawler in chosen if is_crawler))
+        return self._crawler_only
 
     @property
     def requests(self) -> int:
@@ -287,13 +295,13 @@ def simulate(trace: Trace, policy: str, size_bytes: int, *, seed: int = 2012) ->
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     if policy == "lru":
-        hits, lookups = _lru(_crawler_pages(trace), None, trace.sizes, size_bytes)
+        hits, lookups = _lru(trace.crawler_pages(), None, trace.sizes, size_bytes)
     elif policy == "lru+human":
         hits, lookups = _lru(trace.pages, trace.crawler, trace.sizes, size_bytes)
     elif policy == "clock":
-        hits, lookups = _clock(_crawler_pages(trace), trace.sizes, size_bytes)
+        hits, lookups = _clock(trace.crawler_pages(), trace.sizes, size_bytes)
     elif policy == "random":
-        hits, lookups = _random(_crawler_pages(trace), trace.sizes, size_bytes, random.Random(seed))
+        hits, lookups = _random(trace.crawler_pages(), trace.sizes, size_bytes, random.Random(seed))
     elif policy == "static":
         hits, lookups = _static(trace, size_bytes)
     elif policy == "min":
@@ -325,10 +333,6 @@ def knee(points: Sequence[tuple[int, float]]) -> int | None:
         return curve[0][2]
     best = max(curve, key=lambda point: (point[1] - y0) / (y1 - y0) - (point[0] - x0) / (x1 - x0))
     return best[2]
-
-
-def _crawler_pages(trace: Trace) -> array[int]:
-    return array("I", (page for page, is_crawler in zip(trace.pages, trace.crawler, strict=True) if is_crawler))
 
 
 def _lru(pages: array[int], crawler: bytearray | None, sizes: array[int], capacity: int) -> tuple[int, int]:

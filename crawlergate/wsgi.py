@@ -107,7 +107,7 @@ class CrawlerGateWSGI:
         if decision.route is Route.ADMIN:
             response = self.admin.respond(environ.get("PATH_INFO", ""), method, environ.get("REMOTE_ADDR"), headers)
             return _respond(start_response, response)
-        self.metrics.record("human", "pass", _ms_since(started))
+        self.metrics.record_since("human", "pass", started)
         return _respond(start_response, plain_response(414, b"URI Too Long\n", outcome=b"pass"))
 
     def _serve_crawler(
@@ -118,7 +118,7 @@ class CrawlerGateWSGI:
         method = environ["REQUEST_METHOD"]
         found = self.cache.lookup(key)
         if found is not None and self.core.is_fresh(found.page):
-            self.metrics.record("crawler", f"{found.level}-hit", _ms_since(started))
+            self.metrics.record_since("crawler", f"{found.level}-hit", started)
             served = page_response(found.page, method, decision.headers, outcome=b"%s-hit" % found.level.encode())
             return _respond(start_response, served)
         flight = self._single_flight(key)
@@ -127,7 +127,7 @@ class CrawlerGateWSGI:
         )
         if response is None:
             return self._pass(environ, start_response, decision, started)
-        self.metrics.record("crawler", outcome, _ms_since(started))
+        self.metrics.record_since("crawler", outcome, started)
         return _respond(start_response, response)
 
     def _single_flight(self, key: CacheKey) -> _Flight:
@@ -187,7 +187,7 @@ class CrawlerGateWSGI:
                 self._pending.add(future)
                 future.add_done_callback(self._pending.discard)
 
-        return _Measured(body, lambda: self.metrics.record(decision.kind, "pass", _ms_since(started)), after_close)
+        return _Measured(body, lambda: self.metrics.record_since(decision.kind, "pass", started), after_close)
 
 
 class _Measured:
@@ -249,7 +249,3 @@ def _request_headers(environ: WSGIEnvironment) -> list[tuple[bytes, bytes]]:
         if name.startswith("HTTP_"):
             headers.append((name[5:].replace("_", "-").lower().encode("latin-1"), str(value).encode("latin-1")))
     return headers
-
-
-def _ms_since(started: float) -> float:
-    return (time.perf_counter() - started) * 1000

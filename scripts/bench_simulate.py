@@ -15,9 +15,8 @@ import time
 from pathlib import Path
 
 from crawlergate.classify import Classifier
-from crawlergate.config import ClassifySettings, parse_size
+from crawlergate.config import Settings, parse_size
 from crawlergate.keys import KeyMaker
-from crawlergate.rules import default_rules_dir, load_cache_rules
 from crawlergate.simulate import POLICIES, parse_trace, simulate
 
 
@@ -27,8 +26,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="120MB,250MB,500MB")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    classifier = Classifier.from_settings(ClassifySettings())
-    keys = KeyMaker(load_cache_rules(default_rules_dir() / "cache.toml"), admin_prefix="/_crawlergate")
+    settings = Settings()
+    classifier = Classifier.from_settings(settings.classify)
+    keys = KeyMaker.from_settings(settings)
     started = time.perf_counter()
     trace = parse_trace(args.log, classifier, keys)
     parsed = time.perf_counter() - started

@@ -7,14 +7,12 @@ import socket
 import subprocess
 import time
 
+from crawlergate.demo.run import free_port
+
+__all__ = ["FIREFOX", "GOOGLEBOT", "free_port", "run_wrk", "wait_for"]
+
 GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(port: int, timeout_s: float = 30) -> None:

@@ -20,7 +20,6 @@ from crawlergate.config import Settings
 from crawlergate.demo.run import DemoSpec, running_experiment
 from crawlergate.demo.trace import TraceSpec, structure_of, write_trace
 from crawlergate.keys import KeyMaker
-from crawlergate.rules import default_rules_dir, load_cache_rules
 from crawlergate.simulate import parse_trace, simulate
 
 PAPER = {
@@ -51,7 +50,7 @@ def main() -> int:
     trace_path = folder / "simulation.log"
     structure = structure_of(folder / "forum.sqlite3")
     write_trace(trace_path, TraceSpec(requests=args.sim_requests, seed=spec.seed + 1), structure)
-    keys = KeyMaker(load_cache_rules(default_rules_dir() / "cache.toml"), admin_prefix=settings.admin.prefix)
+    keys = KeyMaker.from_settings(settings)
     trace = parse_trace(trace_path, Classifier.from_settings(settings.classify), keys)
     # The paper's 120/250/500 MB were about 10, 20 and 40 % of its pages; the same shares of ours.
     sizes = [int(trace.total_bytes * share) for share in (0.10, 0.20, 0.40)]

@@ -14,6 +14,7 @@ import uvicorn
 
 from crawlergate.classify import Classifier
 from crawlergate.config import ClassifySettings, L2Settings, Settings
+from crawlergate.demo.run import free_port
 
 DATA = Path(__file__).parent / "data"
 
@@ -43,12 +44,6 @@ def paper_classifier() -> Classifier:
 def read_user_agents(name: str) -> list[str]:
     lines = (DATA / "user_agents" / name).read_text(encoding="utf-8").splitlines()
     return [line for line in lines if line and not line.startswith("#")]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class MemcachedServer:

@@ -92,18 +92,14 @@ def test_replay_counts_errors_without_stopping() -> None:
     assert result.summary()["errors"] == 3 and result.samples == []
 
 
-def test_replay_open_loop_shows_a_slow_server_queue(server: ServerThread) -> None:
+def test_replay_open_loop_shows_a_slow_server_queue(server: ServerThread, monkeypatch: pytest.MonkeyPatch) -> None:
     # 40 requests scheduled 5 ms apart to a server that takes 50 ms each and is allowed one at a
     # time: closed-loop timing would report ~50 ms each; counted from the schedule, latency grows.
     requests = [ReplayRequest("GET", f"/slow/{n}", FIREFOX, "human", n * 0.005) for n in range(40)]
     from crawlergate import replay as replay_module
 
-    original = replay_module.MAX_IN_FLIGHT
-    replay_module.MAX_IN_FLIGHT = 1
-    try:
-        result = asyncio.run(replay(requests, server.url, speed=1.0))
-    finally:
-        replay_module.MAX_IN_FLIGHT = original
+    monkeypatch.setattr(replay_module, "MAX_IN_FLIGHT", 1)
+    result = asyncio.run(replay(requests, server.url, speed=1.0))
     latencies = [sample.total_ms for sample in sorted(result.samples, key=lambda s: s.finished_s)]
     assert latencies[-1] > 10 * latencies[0]
     assert latencies[-1] > 1000  # 40 x 50 ms of queue, minus the 200 ms of schedule

@@ -87,7 +87,7 @@ def running_experiment(spec: DemoSpec, settings: Settings, folder: Path | None) 
     say(f"demo folder: {folder}")
     say(f"seeding a forum of {spec.threads:,} threads ({spec.work_ms:g} ms of CPU a page)")
     seed_database(db, threads=spec.threads, seed=spec.seed)
-    forum_port, gate_port = _free_port(), _free_port()
+    forum_port, gate_port = free_port(), free_port()
     processes: list[subprocess.Popen[bytes]] = []
     try:
         processes.append(_start([
@@ -238,7 +238,8 @@ def _wait_for(port: int, process: subprocess.Popen[bytes], errors: Path) -> None
     raise CrawlerGateError(f"A demo server did not start on port {port} within 60 s; see {errors}.")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on loopback."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
