@@ -62,11 +62,22 @@ class Classifier:
 
     Parameters:
         ruleset: the rules, usually from ``load_rules``.
-        session_cookies: cookie names that mark a logged-in person; a trailing ``*`` matches a prefix.
+        session_cookies: cookie names that mark a logged-in person; ``*`` matches any run of characters.
+        ignored_cookies: with ``any_cookie``, the cookie names that do not (analytics, consent banners).
+        any_cookie: every cookie but the ignored ones marks a session (Varnish's default), rather than
+            only the named session cookies.
         memo_size: how many distinct user agents to remember (0 turns memoising off).
     """
 
-    def __init__(self, ruleset: RuleSet, *, session_cookies: Iterable[str] = (), memo_size: int = 65536) -> None:
+    def __init__(
+        self,
+        ruleset: RuleSet,
+        *,
+        session_cookies: Iterable[str] = (),
+        ignored_cookies: Iterable[str] = (),
+        any_cookie: bool = False,
+        memo_size: int = 65536,
+    ) -> None:
         self.ruleset = ruleset
         self._contains: dict[str, _Action | None] = {}
         self._starts: dict[str, _Action | None] = {}
@@ -79,16 +90,24 @@ class Classifier:
         self._automaton = AhoCorasick(list(self._contains), matchkind=MatchKind.LeftmostLongest)
         self._contains_actions = list(self._contains.values())
         self._session_cookie = _session_cookie_pattern(session_cookies)
+        self._any_cookie = any_cookie
+        self._ignored_cookie = _cookie_names_pattern(ignored_cookies)
         self.classify_uncached = self._classify
         self._memo: Callable[[str], Verdict] = (
             functools.lru_cache(maxsize=memo_size)(self._classify) if memo_size else self._classify
         )
 
     @classmethod
-    def from_settings(cls, settings: ClassifySettings) -> Classifier:
+    def from_settings(cls, settings: ClassifySettings, extra_session_cookies: Iterable[str] = ()) -> Classifier:
         """Load the configured rule files and build a classifier; raises ConfigError on a broken file."""
         paths = resolve_rule_files(settings.rules_dir, settings.rule_files, settings.extra_rules)
-        return cls(load_rules(paths), session_cookies=settings.session_cookies, memo_size=settings.memo_size)
+        return cls(
+            load_rules(paths),
+            session_cookies=(*settings.session_cookies, *extra_session_cookies),
+            ignored_cookies=settings.ignored_cookies,
+            any_cookie=settings.session_cookie_rule == "any",
+            memo_size=settings.memo_size,
+        )
 
     def classify(self, user_agent: str | bytes | None) -> Verdict:
         """The verdict for one user agent; never raises, whatever the input."""
@@ -115,12 +134,17 @@ class Classifier:
         return self.classify(user_agent)
 
     def has_session_cookie(self, cookie: str | bytes) -> bool:
-        """True when a Cookie header carries one of the configured session cookies."""
-        if self._session_cookie is None:
-            return False
+        """True when a Cookie header carries a session: any cookie not ignored, or a named session cookie."""
         if isinstance(cookie, bytes):
             cookie = cookie.decode("latin-1")
-        return self._session_cookie.search(cookie) is not None
+        if self._any_cookie:
+            ignored = self._ignored_cookie
+            for pair in cookie.split(";"):
+                name = pair.partition("=")[0].strip()
+                if name and (ignored is None or ignored.fullmatch(name) is None):
+                    return True
+            return False
+        return self._session_cookie is not None and self._session_cookie.search(cookie) is not None
 
     def memo_info(self) -> str:
         info = getattr(self._memo, "cache_info", None)
@@ -187,6 +211,11 @@ def _register(table: dict[str, _Action | None], token: str, action: _Action) -> 
 @functools.cache
 def _verdict(family: Family) -> Verdict:
     return Verdict("crawler", family.name, family.tag)
+
+
+def _cookie_names_pattern(names: Iterable[str]) -> re.Pattern[str] | None:
+    alternatives = [re.escape(name).replace(r"\*", ".*") for name in names if name]
+    return re.compile("|".join(alternatives)) if alternatives else None
 
 
 def _session_cookie_pattern(names: Iterable[str]) -> re.Pattern[str] | None:

@@ -29,6 +29,8 @@ from crawlergate.logparse import PRESETS, LogFormat, LogReader
 from crawlergate.progress import Progress
 
 EXIT_OK = 0
+# `check`: the page would not be stored.
+EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
@@ -89,12 +91,26 @@ def _parser() -> argparse.ArgumentParser:
         description="Run crawlergate as a reverse proxy in front of ORIGIN: crawlers are answered from the cache, "
         "everyone else is forwarded.",
     )
-    serve.add_argument("--origin", help="the site's URL, e.g. http://127.0.0.1:8000 (setting server.origin)")
+    _add_site_flags(serve)
     serve.add_argument("--host", help="address to listen on (server.host, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (server.port, default 8080)")
     serve.add_argument("--workers", type=_positive_int, help="worker processes (server.workers, default 1)")
     _add_settings_flags(serve, cache=True)
     serve.set_defaults(handler=_run_serve)
+
+    check = commands.add_parser(
+        "check",
+        help="fetch one page as a guest fill would, and say whether it would be stored",
+        description="Fetch URL exactly as the gate's guest fill would (through the same proxy, as an outside "
+        "visitor of the public URL) and print whether and for how long it would be stored, what guest mode "
+        "stores it despite, and every reason it would not be stored. Exit 0: stored; 1: not stored.",
+    )
+    check.add_argument("url", help="a full URL (https://forum.example/t/1), or a path on --origin (/t/1)")
+    _add_site_flags(check)
+    _add_settings_flags(check)
+    check.add_argument("--strict", action="store_true", help="judge as storage mode rfc9111 (cache.storage_mode)")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.set_defaults(handler=_run_check)
 
     analyze = commands.add_parser(
         "analyze",
@@ -200,6 +216,21 @@ def _add_settings_flags(parser: argparse.ArgumentParser, *, cache: bool = False)
         parser.add_argument("--cache-dir", help="the L2 directory (l2.cache_dir)")
 
 
+def _add_site_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--origin", help="the site's URL, e.g. http://127.0.0.1:8000 (setting server.origin)")
+    parser.add_argument(
+        "--public-url",
+        help="the site as the world sees it, e.g. https://forum.example.org (server.public_url): fills carry its "
+        "Host and scheme",
+    )
+    parser.add_argument(
+        "--site",
+        action="append",
+        metavar="PROFILE",
+        help="a site profile from rules/sites/ (trac, django, mediawiki, wordpress, phpbb, discourse; repeatable)",
+    )
+
+
 def _add_forum_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=_positive_int, default=3000, help="threads to seed (the paper's: 153100)")
     parser.add_argument("--work-ms", type=float, default=20.0, help="CPU work per dynamic page, in milliseconds")
@@ -215,6 +246,9 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Settings given as command-line flags, as dotted keys (they win over file and environment)."""
     flags = {
         "server.origin": getattr(args, "origin", None),
+        "server.public_url": getattr(args, "public_url", None),
+        "cache.sites": tuple(args.site) if getattr(args, "site", None) else None,
+        "cache.storage_mode": "rfc9111" if getattr(args, "strict", False) else None,
         "server.host": getattr(args, "host", None),
         "server.port": getattr(args, "port", None),
         "server.workers": getattr(args, "workers", None),
@@ -230,6 +264,19 @@ def _run_serve(args: argparse.Namespace) -> int:
     overrides = _flag_overrides(args)
     settings = _settings(args, overrides)
     return run_proxy(settings, config_path=args.config, overrides=overrides)
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from crawlergate.check import check_page
+
+    report = asyncio.run(check_page(_settings(args, _flag_overrides(args)), args.url))
+    if args.json:
+        _write_json("-", report.as_json())
+    else:
+        print(report.text())
+    return EXIT_OK if report.stored else EXIT_FAILURE
 
 
 def _run_analyze(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from crawlergate.errors import ConfigError
 
@@ -42,22 +42,118 @@ DEFAULT_SESSION_COOKIES = (
     "bbsessionhash",
     "_forum_session",
     "_t",
+    "trac_auth",
+    "trac_session",
+    "*_session",
+    "*Session",
+    "*UserID",
+    "*UserName",
+    "*Token",
+)
+
+# Cookies that do not mean a session (Varnish's usual cookie clean-up): analytics, advertising and
+# consent banners set them for every visitor, so they must not send a crawler to the live site.
+DEFAULT_IGNORED_COOKIES = (
+    "_ga",
+    "_ga_*",
+    "_gid",
+    "_gat*",
+    "_gcl_*",
+    "__utm*",
+    "_fbp",
+    "_fbc",
+    "_pk_*",
+    "_hj*",
+    "_clck",
+    "_clsk",
+    "_uetsid",
+    "_uetvid",
+    "_ttp",
+    "_scid",
+    "ajs_anonymous_id",
+    "mp_*_mixpanel",
+    "__hstc",
+    "__hssrc",
+    "__hssc",
+    "hubspotutk",
+    "__cf_bm",
+    "_cfuvid",
+    "cookieconsent*",
+    "cookielawinfo*",
+    "CookieConsent",
+    "OptanonConsent",
+    "OptanonAlertBoxClosed",
+    "euconsent*",
+    "cmplz_*",
+    "viewed_cookie_policy",
+)
+
+
+# Headers crawlers need, kept with a stored page: indexing directives, canonical and alternate links,
+# language, where a redirect goes, and the security headers a browser served from the cache needs.
+DEFAULT_STORED_HEADERS = (
+    "X-Robots-Tag",
+    "Link",
+    "Content-Language",
+    "Content-Location",
+    "Location",
+    "Content-Disposition",
+    "Content-Security-Policy",
+    "X-Content-Type-Options",
+    "X-Frame-Options",
+    "Referrer-Policy",
+    "Permissions-Policy",
+    "Strict-Transport-Security",
+    "Access-Control-Allow-Origin",
+)
+# Set per response or per connection, or rebuilt by the gate when it serves a stored page.
+NEVER_STORED_HEADERS = frozenset(
+    {
+        "set-cookie",
+        "date",
+        "server",
+        "age",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "content-encoding",
+        "content-type",
+        "etag",
+        "last-modified",
+        "vary",
+        "cache-control",
+        "expires",
+        "x-crawlergate",
+    }
 )
 
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
-    """Where the standalone proxy listens and what it protects."""
+    """Where the standalone proxy listens, what it protects, and the site as the world sees it."""
 
     host: str = "127.0.0.1"
     port: int = 8080
     workers: int = 1
     # Empty: the gate is mounted inside the site, there is no separate origin.
     origin: str = ""
-    # Host header of guest sub-requests; empty means "localhost".
+    # The site as the world sees it, e.g. https://forum.example.org: fills carry its Host and scheme,
+    # and the origin's own address in Location headers is rewritten to it. Empty: fills use the
+    # origin's address (serve) or the server's own address (mounted), and serve warns.
+    public_url: str = ""
+    # Old name of public_url's host: "forum.example.org" means public_url "http://forum.example.org".
     canonical_host: str = ""
+    # The Host a person's request carries to the origin: the client's own ("client", nginx's
+    # `proxy_set_header Host $host`) or the origin's address ("origin", nginx's default $proxy_host).
+    forward_host: Literal["client", "origin"] = "client"
+    # X-Forwarded-For of fills that no outside client triggered (or that a loopback client triggered):
+    # a documentation address (RFC 5737), never loopback, so no page is fetched with local rights.
+    fill_client_address: str = "192.0.2.1"
     # Clients whose X-Forwarded-* headers the proxy believes (addresses or networks): a front nginx.
     trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")
+    # WebSocket messages larger than this close the relayed connection (1009).
+    websocket_max_message_bytes: int = 1024 * 1024
 
     def __post_init__(self) -> None:
         _require(0 < self.port < 65536, "server.port", self.port, "Must be a port number from 1 to 65535.")
@@ -69,6 +165,35 @@ class ServerSettings:
         _require(self.workers >= 1, "server.workers", self.workers, "Must be a positive integer.")
         if self.origin and not re.match(r"^https?://[^/\s]+", self.origin):
             _fail("server.origin", self.origin, "Must be an http:// or https:// URL, e.g. http://127.0.0.1:8000.")
+        if self.canonical_host and not self.public_url:
+            if not re.fullmatch(r"[^/\s:]+(:\d{1,5})?", self.canonical_host):
+                _fail("server.canonical_host", self.canonical_host, "Must be a host name, e.g. forum.example.org.")
+            object.__setattr__(self, "public_url", "http://" + self.canonical_host)
+        if self.public_url:
+            if not re.fullmatch(r"https?://[^/\s?#@]+/?", self.public_url):
+                _fail(
+                    "server.public_url",
+                    self.public_url,
+                    "Must be the site's address as the world sees it, scheme and host only, "
+                    "e.g. https://forum.example.org.",
+                )
+            object.__setattr__(self, "public_url", self.public_url.rstrip("/"))
+        _require(
+            self.forward_host in ("client", "origin"),
+            "server.forward_host",
+            self.forward_host,
+            "Must be 'client' (the client's Host) or 'origin' (the origin's address).",
+        )
+        try:
+            ipaddress.ip_address(self.fill_client_address)
+        except ValueError:
+            _fail("server.fill_client_address", self.fill_client_address, "Must be an IP address, e.g. 192.0.2.1.")
+        _require(
+            self.websocket_max_message_bytes > 0,
+            "server.websocket_max_message_bytes",
+            self.websocket_max_message_bytes,
+            "Must be a positive size.",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +205,22 @@ class ClassifySettings:
     rule_files: tuple[str, ...] = ("heuristic.toml", "crawlers.toml")
     # Further rule files (absolute, or relative to the working directory) merged after rule_files.
     extra_rules: tuple[str, ...] = ()
+    # "any": every cookie but the ignored ones means a session and the live site (Varnish's default);
+    # "named": only the session_cookies do, for sites whose guests all carry other cookies.
+    session_cookie_rule: Literal["any", "named"] = "any"
+    ignored_cookies: tuple[str, ...] = DEFAULT_IGNORED_COOKIES
     session_cookies: tuple[str, ...] = DEFAULT_SESSION_COOKIES
     memo_size: int = 65536
 
     def __post_init__(self) -> None:
         _require(self.memo_size >= 0, "classify.memo_size", self.memo_size, "Must be zero or a positive integer.")
         _require(bool(self.rule_files), "classify.rule_files", self.rule_files, "Must name at least one rule file.")
+        _require(
+            self.session_cookie_rule in ("any", "named"),
+            "classify.session_cookie_rule",
+            self.session_cookie_rule,
+            "Must be 'any' (every cookie but the ignored ones) or 'named' (only session_cookies).",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +270,15 @@ class CacheSettings:
 
     # Relative to classify.rules_dir (the shipped rules when empty), or absolute.
     rules_file: str = "cache.toml"
+    # Site profiles from rules/sites/ (trac, django, mediawiki, wordpress, phpbb, discourse): their
+    # excluded paths, query parameters and session cookies are added to the rules.
+    sites: tuple[str, ...] = ()
+    # "guest": a guest fill is stored despite Set-Cookie, private, no-cache, max-age=0 and Vary: Cookie,
+    # because a stored page only ever answers requests without a session (README, "What is stored").
+    # "rfc9111": a strict shared cache, which stores none of those.
+    storage_mode: Literal["guest", "rfc9111"] = "guest"
+    # Origin headers stored with a page and sent with it; Set-Cookie and per-response headers never are.
+    stored_headers: tuple[str, ...] = DEFAULT_STORED_HEADERS
     ttl_seconds: float = 86400.0
     # Stored redirects (301/308) and gone pages (404/410) live shorter: they are cheap and may be mistakes.
     redirect_ttl_seconds: float = 3600.0
@@ -147,6 +291,20 @@ class CacheSettings:
         for name in ("ttl_seconds", "redirect_ttl_seconds", "not_found_ttl_seconds", "fill_timeout_seconds"):
             value = getattr(self, name)
             _require(value > 0, f"cache.{name}", value, "Must be a positive number.")
+        _require(
+            self.storage_mode in ("guest", "rfc9111"),
+            "cache.storage_mode",
+            self.storage_mode,
+            "Must be 'guest' (guest pages are shared) or 'rfc9111' (a strict shared cache).",
+        )
+        for name in self.stored_headers:
+            if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name):
+                _fail("cache.stored_headers", name, "Each entry must be a header name, e.g. X-Robots-Tag.")
+            if name.lower() in NEVER_STORED_HEADERS:
+                _fail("cache.stored_headers", name, "This header belongs to one response and is never stored.")
+        for site in self.sites:
+            if not re.fullmatch(r"[a-z0-9_-]+", site):
+                _fail("cache.sites", site, "Each entry must be a profile name such as trac or wordpress.")
         _require(self.max_target_chars >= 256, "cache.max_target_chars", self.max_target_chars, "Must be at least 256.")
 
 
@@ -318,6 +476,10 @@ def _convert(key: str, raw: Any, target: Any) -> Any:
         if not isinstance(raw, str):
             raise ValueError(raw)
         return raw
+    if typing.get_origin(target) is Literal:
+        if raw not in typing.get_args(target):
+            raise ValueError(raw)
+        return raw
     items = raw.split(",") if isinstance(raw, str) else raw
     if not isinstance(items, list | tuple) or not all(isinstance(item, str) for item in items):
         raise ValueError(raw)
@@ -341,6 +503,8 @@ def _describe(key: str, target: Any) -> str:
         return "true or false"
     if target is str:
         return "a string"
+    if typing.get_origin(target) is Literal:
+        return "one of " + ", ".join(repr(choice) for choice in typing.get_args(target))
     return "a list of strings (comma-separated in the environment)"
 
 

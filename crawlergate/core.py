@@ -23,19 +23,23 @@ from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
 from crawlergate.errors import OriginError, OriginTimeout
+from crawlergate.forwarded import TrustedProxies
 from crawlergate.keys import CacheKey, KeyMaker
 from crawlergate.metrics import Metrics
-from crawlergate.origin import OriginResponse, PageTooLarge
-from crawlergate.page import Page, parse_http_date
+from crawlergate.origin import OriginResponse, PageTooLarge, PublicSite
+from crawlergate.page import Page
+from crawlergate.rules import load_site_profiles
 from crawlergate.serve import Response, page_response, plain_response
+from crawlergate.storable import StoragePolicy, StoreVerdict
 from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.memory import MemoryStore
 
-# Statuses stored besides 200, each with its own lifetime (DESIGN.md, "Storable").
-_REDIRECTS = (301, 308)
-_GONE = (404, 410)
+# Fills after which a stored copy of any age is better than what the site sent.
+_FAILED_FILL = ("origin-error", "incomplete", "empty", "redirect-to-self")
+# Answer headers that belong to the guest fill alone, never handed to a crawler.
+_PER_RESPONSE_HEADERS = ("content-length", "transfer-encoding", "connection", "content-encoding", "set-cookie")
 
 
 class Route(enum.Enum):
@@ -75,6 +79,17 @@ class RequestHeaders:
 
 
 @dataclass(frozen=True, slots=True)
+class Unstored:
+    """A guest answer that was not stored, with the verdict that says why."""
+
+    response: OriginResponse
+    verdict: StoreVerdict
+
+    def has(self, reason: str) -> bool:
+        return any(label == reason for label, _ in self.verdict.reasons)
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What the gate makes of one request."""
 
@@ -109,8 +124,13 @@ class GateCore:
         self.settings = settings
         self.metrics = cache.metrics if cache is not None else Metrics()
         self.cache = cache if cache is not None else build_cache(settings, self.metrics)
-        self.classifier = classifier or Classifier.from_settings(settings.classify)
-        self.keys = KeyMaker.from_settings(settings)
+        profiles = load_site_profiles(settings.classify.rules_dir, settings.cache.sites)
+        self.classifier = classifier or Classifier.from_settings(
+            settings.classify, extra_session_cookies=[name for profile in profiles for name in profile.session_cookies]
+        )
+        self.keys = KeyMaker.from_settings(settings, profiles)
+        self.storage = StoragePolicy(settings.cache)
+        self.trusted = TrustedProxies(settings.server.trusted_proxies)
         self.clock = clock
         self.admin = AdminEndpoints(
             prefix=settings.admin.prefix,
@@ -119,8 +139,10 @@ class GateCore:
             prometheus=self.prometheus,
             trusted_proxies=settings.server.trusted_proxies,
         )
-        # The Host of guest sub-requests.
-        self.canonical_host = settings.server.canonical_host or "localhost"
+        # The site fills ask for: the public address, else the origin's own (nginx's $proxy_host); None when
+        # mounted without public_url, where each fill takes the address its request arrived at.
+        public_url = settings.server.public_url or settings.server.origin
+        self.public = PublicSite.from_url(public_url) if public_url else None
         self._admin_prefix = settings.admin.prefix
         self._started = False
         self._start_lock = threading.Lock()
@@ -150,9 +172,16 @@ class GateCore:
             request.user_agent, cookie=request.cookie, authorization=request.authorization
         )
         key = self.keys.key_for(raw_path, query) if method in ("GET", "HEAD") else None
-        if verdict.is_crawler and key is not None:
-            return Decision(Route.CRAWLER, verdict, key, request)
+        if verdict.is_crawler:
+            if key is not None:
+                return Decision(Route.CRAWLER, verdict, key, request)
+            if method in ("GET", "HEAD"):
+                self.metrics.count_not_stored("excluded")
         return Decision(Route.PASS, verdict, key, request)
+
+    def client_address(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+        """The visitor's address: the peer, or whom a trusted proxy forwards for."""
+        return self.trusted.client(peer, headers)
 
     def should_prefetch(self, decision: Decision, status: int) -> bool:
         """A human's successful view of a page that L2 holds (the index answers; no disk access).
@@ -165,37 +194,15 @@ class GateCore:
     def is_fresh(self, page: Page) -> bool:
         return not page.is_expired(self.clock())
 
-    def storable_page(self, response: OriginResponse) -> Page | None:
-        """The Page to store for a guest response, or None when it must not be stored (DESIGN.md, "Storable")."""
-        cache = self.settings.cache
-        if response.status == 200:
-            ttl = cache.ttl_seconds
-        elif response.status in _REDIRECTS:
-            ttl = cache.redirect_ttl_seconds
-        elif response.status in _GONE:
-            ttl = cache.not_found_ttl_seconds
-        else:
-            return None
-        if response.header("set-cookie") is not None:
-            return None
-        control = ",".join(response.all("cache-control")).lower()
-        if "private" in control or "no-store" in control:
-            return None
-        if response.status == 200 and not response.body:
-            return None
-        length = response.header("content-length")
-        if length is not None and length.isdigit() and int(length) != len(response.body):
-            return None
-        last_modified = response.header("last-modified")
-        return Page.from_response(
-            response.status,
-            response.body,
-            content_type=response.header("content-type") or "application/octet-stream",
-            generated_at=self.clock(),
-            ttl_seconds=ttl,
-            last_modified=parse_http_date(last_modified) if last_modified else None,
-            headers=tuple((name, value) for name, value in response.headers if name == "location"),
-        )
+    def judge_fill(self, key: CacheKey, response: OriginResponse) -> Page | Unstored:
+        """The Page to store for a guest answer, or the answer with every reason it is not stored (counted)."""
+        now = self.clock()
+        verdict = self.storage.judge(response, key.target, now=now)
+        if verdict.storable:
+            return self.storage.page(response, verdict, now=now)
+        for label, _ in verdict.reasons:
+            self.metrics.count_not_stored(label)
+        return Unstored(response, verdict)
 
     def stats(self) -> dict[str, object]:
         data = self.metrics.snapshot()
@@ -220,7 +227,7 @@ class GateCore:
     def after_fill(
         self,
         key: CacheKey,
-        result: Page | OriginResponse | None,
+        result: Page | Unstored | None,
         error: OriginError | None,
         stale: Page | None,
         method: str,
@@ -228,20 +235,25 @@ class GateCore:
     ) -> tuple[Response | None, str]:
         """The crawler's answer once a fill is over, and its outcome; (None, "pass") means: ask the site live.
 
-        Stale beats down: when the site failed, an L2 copy of any age is served.
+        Stale beats down: when the site failed, or sent half a page, an L2 copy of any age is served.
+        A redirect to the URL itself is never handed to a crawler from a fill: the live site answers
+        the crawler's own request, which carries its real scheme.
         """
         if isinstance(error, PageTooLarge):
             return None, "pass"
         if isinstance(result, Page):
             return page_response(result, method, request, outcome=b"miss"), "miss"
-        if error is not None or (result is not None and result.status >= 500):
+        if result is None or any(result.has(reason) for reason in _FAILED_FILL):
             stale = stale or self.cache.stale_copy(key)
             if stale is not None:
                 return page_response(stale, method, request, outcome=b"stale"), "stale"
-        if result is not None:
-            return (result.status, origin_headers(result), b"" if method == "HEAD" else result.body), "miss"
-        status = 504 if isinstance(error, OriginTimeout) else 502
-        return plain_response(status, b"The site did not answer.\n", outcome=b"miss"), "error"
+        if result is None or result.has("incomplete"):
+            status = 504 if isinstance(error, OriginTimeout) else 502
+            return plain_response(status, b"The site did not answer.\n", outcome=b"miss"), "error"
+        if result.has("redirect-to-self"):
+            return None, "pass"
+        response = result.response
+        return (response.status, origin_headers(response), b"" if method == "HEAD" else response.body), "miss"
 
 
 def build_cache(settings: Settings, metrics: Metrics) -> TwoLevelCache:
@@ -264,11 +276,11 @@ def build_cache(settings: Settings, metrics: Metrics) -> TwoLevelCache:
 
 
 def origin_headers(response: OriginResponse) -> list[tuple[bytes, bytes]]:
-    """A guest response's headers as sent on to a crawler that asked for an unstored page."""
+    """A guest response's headers as sent on to a crawler that asked for an unstored page (no cookies)."""
     headers = [
         (name.encode("latin-1"), value.encode("latin-1"))
         for name, value in response.headers
-        if name not in ("content-length", "transfer-encoding", "connection", "content-encoding")
+        if name not in _PER_RESPONSE_HEADERS
     ]
     headers += [(b"content-length", b"%d" % len(response.body)), (b"x-crawlergate", b"miss")]
     return headers

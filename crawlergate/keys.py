@@ -15,11 +15,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote_to_bytes
 
 from crawlergate.config import Settings
-from crawlergate.rules import CacheRules, load_cache_rules, resolve_rule_files
+from crawlergate.rules import CacheRules, SiteProfile, load_cache_rules, load_site_profiles, resolve_rule_files
 
 # Keys longer than this are not cached: real page URLs are far shorter, and a long key is an attack
 # on the cache's memory rather than a page (memcached itself caps keys at 250 bytes; we hash them).
@@ -56,10 +57,29 @@ class KeyMaker:
         self._memo = functools.lru_cache(maxsize=KEY_MEMO_SIZE)(self._key_for)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> KeyMaker:
-        """The key maker of a gate: the configured cache rules file, the admin prefix never cacheable."""
+    def from_settings(cls, settings: Settings, profiles: Sequence[SiteProfile] | None = None) -> KeyMaker:
+        """The key maker of a gate: the cache rules file and site profiles, the admin prefix never cacheable."""
         path = resolve_rule_files(settings.classify.rules_dir, (settings.cache.rules_file,), ())[0]
-        return cls(load_cache_rules(path), admin_prefix=settings.admin.prefix)
+        if profiles is None:
+            profiles = load_site_profiles(settings.classify.rules_dir, settings.cache.sites)
+        return cls(load_cache_rules(path, profiles), admin_prefix=settings.admin.prefix)
+
+    def why_not_cacheable(self, raw_path: bytes, query_string: bytes = b"") -> str:
+        """A sentence saying why a URL has no key (for ``crawlergate check``); empty when it has one."""
+        if len(raw_path) + len(query_string) > self._max_target_chars:
+            return f"the URL is longer than {self._max_target_chars} characters"
+        path = normalise_path(raw_path)
+        if path is None:
+            return "the path is not a plain absolute path (NUL byte, or it climbs above the root)"
+        if path == self._admin_prefix or path.startswith(self._admin_prefix + "/"):
+            return "the path is under the admin prefix"
+        if self.rules.include.match(path) is None:
+            return "the path matches no [paths] include pattern of the cache rules"
+        if self.rules.exclude is not None and self.rules.exclude.match(path) is not None:
+            return "the path matches a [paths] exclude pattern of the cache rules or a site profile"
+        if path.lower().endswith(self.rules.static_extensions):
+            return "the path ends in a static file extension ([paths] static_extensions)"
+        return ""
 
     def key_for(self, raw_path: bytes, query_string: bytes = b"") -> CacheKey | None:
         """The key of a GET/HEAD request, or None when the URL is not cacheable."""

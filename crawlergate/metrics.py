@@ -104,6 +104,8 @@ class Metrics:
         self.origin_fetches = 0
         self.origin_errors = 0
         self.corrupt_pages = 0
+        # Pages a crawler asked for that were not stored, by reason (crawlergate.storable.NOT_STORED_REASONS).
+        self.not_stored: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def record(self, kind: str, outcome: str, ttfb_ms: float) -> None:
@@ -119,6 +121,10 @@ class Metrics:
 
     def count_prefetch(self) -> None:
         self.classes["human"].prefetches += 1
+
+    def count_not_stored(self, reason: str) -> None:
+        with self._lock:
+            self.not_stored[reason] = self.not_stored.get(reason, 0) + 1
 
     def count_store_error(self, kind: str) -> None:
         self.classes[kind].store_errors += 1
@@ -159,6 +165,10 @@ class Metrics:
                       "# TYPE crawlergate_store_errors_total counter"]  # fmt: skip
             for name, counters in self.classes.items():
                 lines.append(f'crawlergate_store_errors_total{{class="{name}"}} {counters.store_errors}')
+            lines += ["# HELP crawlergate_not_stored_total Crawler requests whose page was not stored, by reason.",
+                      "# TYPE crawlergate_not_stored_total counter"]  # fmt: skip
+            for reason, count in sorted(self.not_stored.items()):
+                lines.append(f'crawlergate_not_stored_total{{reason="{reason}"}} {count}')
         for key, gauge in (gauges or {}).items():
             lines += [f"# TYPE {key} gauge", f"{key} {gauge:g}"]
         return "\n".join(lines) + "\n"
@@ -171,6 +181,7 @@ class Metrics:
                 "origin_fetches": self.origin_fetches,
                 "origin_errors": self.origin_errors,
                 "corrupt_pages": self.corrupt_pages,
+                "not_stored": dict(sorted(self.not_stored.items())),
             }
             for name, counters in self.classes.items():
                 outcomes = counters.outcomes

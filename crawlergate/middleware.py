@@ -22,10 +22,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
-from crawlergate.core import Decision, GateCore, Route
+from crawlergate.core import Decision, GateCore, Route, Unstored
 from crawlergate.errors import OriginError
 from crawlergate.keys import CacheKey
-from crawlergate.origin import AsgiOrigin, OriginResponse
+from crawlergate.origin import AsgiOrigin, PageTooLarge, PublicSite
 from crawlergate.page import Page
 from crawlergate.serve import Response, page_response, plain_response, send_response
 
@@ -59,7 +59,8 @@ class CrawlerGateMiddleware:
         self.metrics = self.core.metrics
         self.origin = origin or AsgiOrigin(
             app,
-            canonical_host=self.core.canonical_host,
+            public=self.core.public,
+            fill_client_address=settings.server.fill_client_address,
             timeout_s=settings.cache.fill_timeout_seconds,
             max_bytes=settings.l2.page_max_bytes,
         )
@@ -128,10 +129,10 @@ class CrawlerGateMiddleware:
             self.metrics.record_since("crawler", f"{found.level}-hit", started)
             return
         stale = found.page if found is not None else None
-        result: Page | OriginResponse | None = None
+        result: Page | Unstored | None = None
         error: OriginError | None = None
         try:
-            result = await self.cache.single_flight(key, lambda: self._fill(key))  # type: ignore[assignment]
+            result = await self.cache.single_flight(key, lambda: self._fill(key, scope))  # type: ignore[assignment]
         except OriginError as exc:
             error = exc
         response: Response | None
@@ -148,21 +149,27 @@ class CrawlerGateMiddleware:
         await send_response(send, response)
         self.metrics.record_since("crawler", outcome, started)
 
-    async def _fill(self, key: CacheKey) -> Page | OriginResponse:
-        """One guest sub-request; the stored Page when storable, else the response as it came."""
+    async def _fill(self, key: CacheKey, scope: Scope) -> Page | Unstored:
+        """One guest sub-request for the visitor of ``scope``; the stored Page when storable, else why not."""
         self.metrics.origin_fetches += 1
+        client, server = scope.get("client"), scope.get("server")
         try:
-            response = await self.origin.fetch_guest(key.target)
-        except OriginError:
+            response = await self.origin.fetch_guest(
+                key.target,
+                client=self.core.client_address(client[0] if client else None, scope["headers"]),
+                arrived_at=PublicSite.from_server(scope.get("scheme", "http"), server) if server else None,
+            )
+        except OriginError as exc:
             self.metrics.origin_errors += 1
+            self.metrics.count_not_stored("too-big" if isinstance(exc, PageTooLarge) else "origin-error")
             raise
-        page = self.core.storable_page(response)
-        if page is None:
-            if response.status >= 500:
+        judged = self.core.judge_fill(key, response)
+        if isinstance(judged, Unstored):
+            if judged.has("origin-error") or judged.has("incomplete"):
                 self.metrics.origin_errors += 1
-            return response
-        await anyio.to_thread.run_sync(self.cache.store, key, page)
-        return page
+            return judged
+        await anyio.to_thread.run_sync(self.cache.store, key, judged)
+        return judged
 
     async def _pass(self, scope: Scope, receive: Receive, send: Send, kind: str, started: float) -> int:
         status = 0

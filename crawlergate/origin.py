@@ -1,26 +1,30 @@
 """Guest sub-requests: the public guest copy of a URL, asked of the wrapped app in-process.
 
-The request carries a fixed, sanitised header set (no Cookie, no Authorization, no client
-forwarding headers, the canonical Host), so what is stored is exactly the guest page of the key.
-The app is called directly, ASGI or WSGI, in the same process: in a mounted gate it is the site,
-in the standalone proxy it is the reverse-proxy app, so there is one code path. A direct call
-(rather than ``httpx.ASGITransport``, which buffers whole bodies) enforces the size limit while
-the body streams and the deadline on in-process apps. Failures become OriginError here, once.
+A fill looks like an anonymous outside visitor of the public site: no Cookie, no Authorization, no
+client forwarding headers of its own; ``Host``, ``X-Forwarded-Host`` and ``X-Forwarded-Proto`` from
+``server.public_url``; ``X-Forwarded-For`` the address of the client it fetches for, or a
+documentation address (never loopback, so no page is fetched with local rights); and
+``Accept-Encoding: gzip``, whose answer is stored as it came once it is known to be whole. The app
+is called directly, ASGI or WSGI, in the same process: in a mounted gate it is the site, in the
+standalone proxy it is the reverse-proxy app, so there is one code path. A direct call (rather
+than ``httpx.ASGITransport``, which buffers whole bodies) enforces the size limit while the body
+streams and the deadline on in-process apps. Failures become OriginError here, once.
 
-    origin = AsgiOrigin(site, canonical_host="forum.example")
-    response = await origin.fetch_guest("/showthread.php?t=12")
+    origin = AsgiOrigin(site, public=PublicSite.from_url("https://forum.example"), max_bytes=2**23)
+    response = await origin.fetch_guest("/showthread.php?t=12", client="203.0.113.7")
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import ipaddress
 import sys
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote_to_bytes
+from urllib.parse import unquote_to_bytes, urlsplit
 
 import anyio
 from starlette.types import ASGIApp, Message
@@ -33,6 +37,11 @@ if TYPE_CHECKING:
 
 GUEST_USER_AGENT = f"crawlergate/{__version__} (guest page fill)"
 _ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+# The ASGI scope extension that tells the reverse proxy a request is the gate's own fill, whose
+# forwarding headers were set by the gate and are sent on as they are.
+FILL_EXTENSION = "crawlergate.fill"
+# RFC 5737 TEST-NET-1: an address no real client has, for fills no outside client triggered.
+DEFAULT_FILL_CLIENT = "192.0.2.1"
 
 
 class PageTooLarge(OriginError):
@@ -40,12 +49,44 @@ class PageTooLarge(OriginError):
 
 
 @dataclass(frozen=True, slots=True)
+class PublicSite:
+    """The site as the world sees it: the Host and scheme a fill carries."""
+
+    scheme: str
+    host: str
+
+    @classmethod
+    def from_url(cls, url: str) -> PublicSite:
+        parts = urlsplit(url)
+        return cls(parts.scheme or "http", parts.netloc)
+
+    @classmethod
+    def from_server(cls, scheme: str, server: tuple[str, int | str | None] | list[Any]) -> PublicSite:
+        """The site at a server's own address (the ASGI ``server`` pair, or SERVER_NAME and SERVER_PORT)."""
+        host, port = server[0], server[1]
+        name = f"[{host}]" if ":" in host else host
+        default = "443" if scheme == "https" else "80"
+        return cls(scheme, name if port is None or str(port) == default else f"{name}:{port}")
+
+    @property
+    def base(self) -> str:
+        return f"{self.scheme}://{self.host}"
+
+
+@dataclass(frozen=True, slots=True)
 class OriginResponse:
-    """What the site answered to a guest sub-request; header names are lower-case."""
+    """What the site answered to a guest sub-request; header names are lower-case.
+
+    ``body`` is decoded; ``body_gz`` holds the site's own gzip bytes when it sent gzip (already
+    checked by decoding). ``complete`` is False when the body ended before the site said it was
+    done or before its Content-Length: such a body is never stored.
+    """
 
     status: int
     headers: tuple[tuple[str, str], ...]
     body: bytes
+    body_gz: bytes | None = None
+    complete: bool = True
 
     def header(self, name: str) -> str | None:
         for key, value in self.headers:
@@ -70,8 +111,36 @@ class _BodyCollector:
             raise PageTooLarge(f"{self.target}: more than {self.max_bytes} bytes")
         self.chunks.append(chunk)
 
-    def response(self, status: int, headers: Iterable[tuple[str, str]]) -> OriginResponse:
-        return _decoded(OriginResponse(status, tuple(headers), b"".join(self.chunks)))
+    def response(self, status: int, headers: Iterable[tuple[str, str]], *, finished: bool = True) -> OriginResponse:
+        listed = tuple(headers)
+        raw = b"".join(self.chunks)
+        length = next((value.strip() for name, value in listed if name == "content-length"), None)
+        complete = finished and (length is None or not length.isdigit() or int(length) == len(raw))
+        return _decoded(self.target, OriginResponse(status, listed, raw, complete=complete))
+
+
+def fill_headers(public: PublicSite, client: str) -> list[tuple[str, str]]:
+    """The request headers of a fill, as a visitor of the public site would arrive through a front proxy."""
+    return [
+        ("host", public.host),
+        ("x-forwarded-host", public.host),
+        ("x-forwarded-proto", public.scheme),
+        ("x-forwarded-for", client),
+        ("user-agent", GUEST_USER_AGENT),
+        ("accept", _ACCEPT),
+        ("accept-encoding", "gzip"),
+    ]
+
+
+def fill_client(address: str | None, default: str) -> str:
+    """The address a fill fetches for: the requesting client's, unless there is none or it is local."""
+    if not address:
+        return default
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return default
+    return default if ip.is_loopback or ip.is_unspecified else address
 
 
 class AsgiOrigin:
@@ -79,49 +148,61 @@ class AsgiOrigin:
 
     Parameters:
         app: the site, or the standalone proxy's forwarding app.
-        canonical_host: the Host header of every guest request.
+        public: the public site; None takes the address the request arrived on (a mounted gate without
+            ``server.public_url``) and the origin's address in the proxy.
+        fill_client_address: X-Forwarded-For of fills that no outside client triggered.
         timeout_s: the whole fetch, first byte to last.
         max_bytes: a larger body raises PageTooLarge.
     """
 
     def __init__(
-        self, app: ASGIApp, *, canonical_host: str, scheme: str = "http", timeout_s: float = 30.0, max_bytes: int
+        self,
+        app: ASGIApp,
+        *,
+        public: PublicSite | None,
+        fill_client_address: str = DEFAULT_FILL_CLIENT,
+        timeout_s: float = 30.0,
+        max_bytes: int,
     ) -> None:
         self._app = app
-        self._scheme = scheme
+        self.public = public
+        self._fill_client = fill_client_address
         self._timeout_s = timeout_s
         self._max_bytes = max_bytes
-        self._headers = [
-            (b"host", canonical_host.encode("idna")),
-            (b"user-agent", GUEST_USER_AGENT.encode()),
-            (b"accept", _ACCEPT.encode()),
-            (b"accept-encoding", b"identity"),
-        ]
 
-    async def fetch_guest(self, target: str) -> OriginResponse:
-        """GET ``target`` (a normalised path and query) as an anonymous guest."""
+    async def fetch_guest(
+        self, target: str, *, client: str | None = None, arrived_at: PublicSite | None = None
+    ) -> OriginResponse:
+        """GET ``target`` (a normalised path and query) as an anonymous guest of the public site.
+
+        ``client`` is the address of the visitor the fill is for; ``arrived_at`` the site the request
+        was sent to, used only when no public site is configured.
+        """
+        public = self.public or arrived_at or PublicSite("http", "localhost")
         try:
             with anyio.fail_after(self._timeout_s):
-                return await self._call(target)
+                return await self._call(target, public, fill_client(client, self._fill_client))
         except TimeoutError as exc:
             raise OriginTimeout(f"{target}: the site did not answer within {self._timeout_s:g} s") from exc
 
-    async def _call(self, target: str) -> OriginResponse:
+    async def _call(self, target: str, public: PublicSite, client: str) -> OriginResponse:
         raw_path, _, query = target.encode("latin-1", "replace").partition(b"?")
+        host, _, port = public.host.rpartition(":") if public.host.count(":") == 1 else (public.host, "", "")
         scope = {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
             "http_version": "1.1",
             "method": "GET",
-            "scheme": self._scheme,
+            "scheme": public.scheme,
             "path": unquote_to_bytes(raw_path).decode("utf-8", "replace"),
             "raw_path": raw_path,
             "query_string": query,
             "root_path": "",
-            "headers": list(self._headers),
-            "client": ("127.0.0.1", 0),
-            "server": ("127.0.0.1", 80),
+            "headers": [(name.encode(), value.encode("latin-1")) for name, value in fill_headers(public, client)],
+            "client": (client, 0),
+            "server": (host, int(port) if port.isdigit() else (443 if public.scheme == "https" else 80)),
             "state": {},
+            "extensions": {FILL_EXTENSION: {}},
         }
         body = _BodyCollector(target, self._max_bytes)
         start: Message | None = None
@@ -140,7 +221,7 @@ class AsgiOrigin:
             nonlocal start
             if message["type"] == "http.response.start":
                 start = message
-            elif message["type"] == "http.response.body":
+            elif message["type"] == "http.response.body" and not finished.is_set():
                 body.add(message.get("body", b""))
                 if not message.get("more_body", False):
                     finished.set()
@@ -151,46 +232,59 @@ class AsgiOrigin:
             raise
         except Exception as exc:
             raise OriginError(f"{target}: the site raised {type(exc).__name__}: {exc}") from exc
-        finally:
-            finished.set()
+        complete = finished.is_set()
+        finished.set()
         if start is None:
             raise OriginError(f"{target}: the site sent no response")
         headers = ((name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in start["headers"])
-        return body.response(int(start["status"]), headers)
+        return body.response(int(start["status"]), headers, finished=complete)
 
 
 class WsgiOrigin:
     """Fetches guest pages from a WSGI app (synchronous; the deadline is the app server's to enforce)."""
 
-    def __init__(self, app: WSGIApplication, *, canonical_host: str, scheme: str = "http", max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: WSGIApplication,
+        *,
+        public: PublicSite | None,
+        fill_client_address: str = DEFAULT_FILL_CLIENT,
+        max_bytes: int,
+    ) -> None:
         self._app = app
-        self._host = canonical_host
-        self._scheme = scheme
+        self.public = public
+        self._fill_client = fill_client_address
         self._max_bytes = max_bytes
 
-    def fetch_guest(self, target: str) -> OriginResponse:
+    def fetch_guest(
+        self, target: str, *, client: str | None = None, arrived_at: PublicSite | None = None
+    ) -> OriginResponse:
+        """GET ``target`` as an anonymous guest of the public site (see AsgiOrigin.fetch_guest)."""
+        public = self.public or arrived_at or PublicSite("http", "localhost")
+        address = fill_client(client, self._fill_client)
         raw_path, _, query = target.partition("?")
+        name, _, port = public.host.rpartition(":") if public.host.count(":") == 1 else (public.host, "", "")
         environ: dict[str, Any] = {
             "REQUEST_METHOD": "GET",
             "SCRIPT_NAME": "",
             "PATH_INFO": unquote_to_bytes(raw_path).decode("latin-1"),
             "QUERY_STRING": query,
-            "SERVER_NAME": self._host.partition(":")[0],
-            "SERVER_PORT": self._host.partition(":")[2] or ("443" if self._scheme == "https" else "80"),
+            "RAW_URI": target,
+            "SERVER_NAME": name,
+            "SERVER_PORT": port or ("443" if public.scheme == "https" else "80"),
             "SERVER_PROTOCOL": "HTTP/1.1",
-            "REMOTE_ADDR": "127.0.0.1",
-            "HTTP_HOST": self._host,
-            "HTTP_USER_AGENT": GUEST_USER_AGENT,
-            "HTTP_ACCEPT": _ACCEPT,
-            "HTTP_ACCEPT_ENCODING": "identity",
+            "REMOTE_ADDR": address,
             "wsgi.version": (1, 0),
-            "wsgi.url_scheme": self._scheme,
+            "wsgi.url_scheme": public.scheme,
             "wsgi.input": io.BytesIO(b""),
             "wsgi.errors": sys.stderr,
             "wsgi.multithread": True,
             "wsgi.multiprocess": True,
             "wsgi.run_once": False,
+            FILL_EXTENSION: True,
         }
+        for header, value in fill_headers(public, address):
+            environ["HTTP_" + header.upper().replace("-", "_")] = value
         started: list[tuple[str, list[tuple[str, str]]]] = []
         body = _BodyCollector(target, self._max_bytes)
 
@@ -217,14 +311,27 @@ class WsgiOrigin:
         return body.response(int(status.split(" ", 1)[0]), ((name.lower(), value) for name, value in headers))
 
 
-def _decoded(response: OriginResponse) -> OriginResponse:
-    """Undo a Content-Encoding the site applied although identity was asked for."""
-    encoding = (response.header("content-encoding") or "").strip().lower()
-    if encoding not in ("gzip", "x-gzip", "deflate"):
+def _decoded(target: str, response: OriginResponse) -> OriginResponse:
+    """Decode the body the site compressed; its gzip bytes, once known to be whole, are kept to be stored."""
+    encoding = (response.header("content-encoding") or "identity").strip().lower()
+    if encoding == "identity" or not response.complete:
         return response
+    if encoding not in ("gzip", "x-gzip", "deflate"):
+        raise OriginError(f"{target}: the site answered in {encoding!r}, which a fill did not ask for")
     try:
-        body = gzip.decompress(response.body) if "gzip" in encoding else zlib.decompress(response.body)
+        if encoding == "deflate":
+            body, body_gz = _inflate(response.body), None
+        else:
+            body, body_gz = gzip.decompress(response.body), response.body
     except (OSError, EOFError, zlib.error) as exc:
-        raise OriginError(f"the site sent a broken {encoding} body: {exc}") from exc
+        raise OriginError(f"{target}: the site sent a broken {encoding} body: {exc}") from exc
     headers = tuple((k, v) for k, v in response.headers if k not in ("content-encoding", "content-length"))
-    return OriginResponse(response.status, headers, body)
+    return OriginResponse(response.status, headers, body, body_gz=body_gz, complete=True)
+
+
+def _inflate(data: bytes) -> bytes:
+    # "deflate" is zlib-wrapped by the standard (RFC 9110 8.4.1.2); some servers send it raw.
+    try:
+        return zlib.decompress(data)
+    except zlib.error:
+        return zlib.decompress(data, -zlib.MAX_WBITS)

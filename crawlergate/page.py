@@ -52,11 +52,15 @@ class Page:
         ttl_seconds: float,
         last_modified: float | None = None,
         headers: tuple[tuple[str, str], ...] = (),
+        body_gz: bytes | None = None,
     ) -> Page:
-        """Compress a response once (``mtime=0``, so equal bodies give equal bytes) and hash it for the ETag."""
+        """Compress a response once (``mtime=0``, so equal bodies give equal bytes) and hash it for the ETag.
+
+        ``body_gz`` is the site's own gzip of ``body``, stored as it came instead of compressing again.
+        """
         return cls(
             status=status,
-            body_gz=gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0),
+            body_gz=body_gz if body_gz is not None else gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0),
             content_type=content_type,
             etag=content_etag(body),
             last_modified=float(int(last_modified if last_modified is not None else generated_at)),

@@ -3,9 +3,13 @@
 ReverseProxy forwards every request to the origin with httpx (pooled keep-alive connections),
 streaming bodies both ways so a 1 GB upload or download never sits in memory. Hop-by-hop headers
 are dropped (RFC 9110 7.6.1), ``X-Forwarded-For/-Proto/-Host`` are set, and the incoming ones are
-believed only from configured proxies. Redirects and ``Set-Cookie`` pass unchanged. An origin that
-refuses or times out gets a clear 502 or 504. The gate's guest sub-requests go through this same
-app, so a mounted gate and the proxy share one code path.
+believed only from configured proxies. The origin sees the client's ``Host`` (nginx's
+``proxy_set_header Host $host``) unless ``server.forward_host`` is "origin"; ``Location``,
+``Content-Location`` and ``Refresh`` that name the origin's own address are rewritten to the public
+one (nginx's ``proxy_redirect default``), so a person never leaves the gate after a form. The origin's
+``Date`` and ``Server`` give way to the gate's own (nginx's ``proxy_hide_header`` defaults): one of
+each. An origin that refuses or times out gets a clear 502 or 504. The gate's guest sub-requests go
+through this same app, so a mounted gate and the proxy share one code path.
 
     app = create_app(load_settings(None, os.environ, {"server.origin": "http://127.0.0.1:8000"}))
 """
@@ -24,7 +28,9 @@ from crawlergate.config import Settings, load_settings
 from crawlergate.errors import ConfigError
 from crawlergate.forwarded import TrustedProxies
 from crawlergate.middleware import CrawlerGateMiddleware
+from crawlergate.origin import FILL_EXTENSION, PublicSite
 from crawlergate.serve import plain_response, send_response
+from crawlergate.websocket import MAX_MESSAGE_BYTES, WebSocketRelay
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +49,10 @@ HOP_BY_HOP = frozenset(
     }
 )
 _FORWARDED = (b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host")
+# The server in front (uvicorn here) writes its own; passing the origin's too would send two of each.
+_ORIGIN_ONLY = (b"date", b"server")
+# Response headers that may carry an absolute URL of the origin.
+_URL_HEADERS = (b"location", b"content-location", b"refresh")
 
 
 class ReverseProxy:
@@ -52,7 +62,10 @@ class ReverseProxy:
         origin: base URL, e.g. ``http://127.0.0.1:8000``.
         timeout_s: read timeout between bytes from the origin; connect gets ``connect_timeout_s``.
         trusted_proxies: addresses or networks whose X-Forwarded-* headers are believed.
+        public_url: the site as the world sees it; empty takes each request's own scheme and Host.
+        forward_host: "client" sends the client's Host to the origin, "origin" the origin's address.
         transport: httpx transport, injected by tests; a pooled network transport by default.
+        websocket_max_message_bytes: the largest WebSocket message relayed either way; a larger one closes with 1009.
     """
 
     def __init__(
@@ -62,13 +75,19 @@ class ReverseProxy:
         timeout_s: float = 60.0,
         connect_timeout_s: float = 5.0,
         trusted_proxies: tuple[str, ...] = (),
+        public_url: str = "",
+        forward_host: str = "client",
         transport: httpx.AsyncBaseTransport | None = None,
+        websocket_max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         parts = urlsplit(origin)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(f"Setting 'server.origin' has value '{origin}'. Must be an http:// or https:// URL.")
         self.origin = origin.rstrip("/")
         self._origin_prefix = parts.path.rstrip("/").encode()
+        self._origin_lower = self.origin.lower().encode()
+        self._public_base = public_url.rstrip("/").encode()
+        self._client_host = forward_host == "client"
         self._trusted = TrustedProxies(trusted_proxies)
         # The transport is called directly: the client layer (cookies, auth, redirects, hooks) has nothing
         # to do in a proxy and costs ~0.3 ms a request.
@@ -82,6 +101,13 @@ class ReverseProxy:
             "pool": connect_timeout_s,
         }
         self._base = httpx.URL(self.origin)
+        self._websocket = WebSocketRelay(
+            self.origin,
+            forward_headers=self._forward_headers,
+            client_host=forward_host == "client",
+            connect_timeout_s=connect_timeout_s,
+            max_message_bytes=websocket_max_message_bytes,
+        )
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -90,15 +116,23 @@ class ReverseProxy:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
         if scope["type"] != "http":
-            return  # WebSockets are not proxied; the server closes the connection.
+            return
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
         query: bytes = scope.get("query_string", b"")
         target = self._origin_prefix + raw_path + (b"?" + query if query else b"")
+        headers = self._forward_headers(scope)
+        if self._client_host:
+            host = next((value for name, value in scope["headers"] if name == b"host"), None)
+            if host:
+                headers.append((b"host", host))
         request = httpx.Request(
             scope["method"],
             self._base.copy_with(raw_path=target),
-            headers=self._forward_headers(scope),
+            headers=headers,
             content=_request_body(receive) if _has_body(scope) else None,
             extensions={"timeout": self._timeouts},
         )
@@ -116,7 +150,7 @@ class ReverseProxy:
                 {
                     "type": "http.response.start",
                     "status": response.status_code,
-                    "headers": _without_hop_by_hop(response.headers.raw),
+                    "headers": self._answer_headers(response.headers.raw, scope),
                 }
             )
             async for chunk in response.aiter_raw():
@@ -129,13 +163,19 @@ class ReverseProxy:
             await response.aclose()
 
     def _forward_headers(self, scope: Scope) -> list[tuple[bytes, bytes]]:
+        """The request headers sent on, without Host: no hop-by-hop ones, X-Forwarded-* set or believed."""
         client = scope.get("client")
         client_ip = client[0] if client else ""
-        trusted = client_ip in self._trusted
+        # A fill's forwarding headers are the gate's own: they say whom it fetches for, as they are.
+        fill = FILL_EXTENSION in scope.get("extensions", {})
+        trusted = fill or client_ip in self._trusted
         headers = _without_hop_by_hop(scope["headers"], drop=_FORWARDED if not trusted else ())
         incoming = dict(headers)
         forwarded_for = incoming.get(b"x-forwarded-for")
-        chain = forwarded_for + b", " + client_ip.encode() if trusted and forwarded_for else client_ip.encode()
+        if fill and forwarded_for:
+            chain = forwarded_for
+        else:
+            chain = forwarded_for + b", " + client_ip.encode() if trusted and forwarded_for else client_ip.encode()
         result = [(name, value) for name, value in headers if name not in (b"host", *_FORWARDED)]
         result.append((b"x-forwarded-for", chain))
         result.append(
@@ -145,6 +185,21 @@ class ReverseProxy:
         if host:
             result.append((b"x-forwarded-host", host))
         return result
+
+    def _answer_headers(self, raw: list[tuple[bytes, bytes]], scope: Scope) -> list[tuple[bytes, bytes]]:
+        headers = _without_hop_by_hop(raw, drop=_ORIGIN_ONLY)
+        for index, (name, value) in enumerate(headers):
+            if name in _URL_HEADERS and self._origin_lower in value.lower():
+                headers[index] = (name, self._public_address(value, scope))
+        return headers
+
+    def _public_address(self, value: bytes, scope: Scope) -> bytes:
+        """``value`` with the origin's base URL replaced by the public one (nginx ``proxy_redirect default``)."""
+        start = value.lower().find(self._origin_lower)
+        end = start + len(self._origin_lower)
+        if end < len(value) and value[end : end + 1] not in b"/?#;":
+            return value  # another port or host that merely begins like the origin's
+        return value[:start] + (self._public_base or _request_base(scope, self._trusted)) + value[end:]
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -165,6 +220,9 @@ def create_app(settings: Settings) -> CrawlerGateMiddleware:
         settings.server.origin,
         timeout_s=settings.cache.fill_timeout_seconds,
         trusted_proxies=settings.server.trusted_proxies,
+        public_url=settings.server.public_url,
+        forward_host=settings.server.forward_host,
+        websocket_max_message_bytes=settings.server.websocket_max_message_bytes,
     )
     return CrawlerGateMiddleware(proxy, settings=settings)
 
@@ -172,6 +230,19 @@ def create_app(settings: Settings) -> CrawlerGateMiddleware:
 def app_from_environment() -> CrawlerGateMiddleware:
     """Factory for ``uvicorn --factory`` workers: settings from CRAWLERGATE_CONFIG and CRAWLERGATE_* variables."""
     return create_app(load_settings(None, os.environ))
+
+
+def _request_base(scope: Scope, trusted: TrustedProxies) -> bytes:
+    """The scheme and host the client asked for: its own, or what a trusted front proxy says they were."""
+    client = scope.get("client")
+    believed = FILL_EXTENSION in scope.get("extensions", {}) or (client is not None and client[0] in trusted)
+    headers = dict(scope["headers"])
+    scheme = (believed and headers.get(b"x-forwarded-proto")) or scope.get("scheme", "http").encode()
+    host = (believed and headers.get(b"x-forwarded-host")) or headers.get(b"host")
+    if not host:
+        server = scope.get("server") or ("localhost", None)
+        host = PublicSite.from_server(scheme.decode("latin-1"), server).host.encode("latin-1")
+    return scheme.split(b",")[0].strip() + b"://" + host.split(b",")[0].strip()
 
 
 def _has_body(scope: Scope) -> bool:

@@ -217,23 +217,101 @@ class CacheRules:
     keep_params: dict[str, frozenset[str]]
 
 
-def load_cache_rules(path: Path) -> CacheRules:
-    """Read a cache rules file; a broken one raises ConfigError naming the file and line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
-    except FileNotFoundError:
-        raise ConfigError(f"Cache rules file '{path}' does not exist.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"Cache rules file '{path}' cannot be read: {exc}.") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}.") from None
-    where = _Locator(path, text)
+@dataclass(frozen=True, slots=True)
+class SiteProfile:
+    """What one kind of site needs on top of the cache rules, from ``rules/sites/NAME.toml``."""
+
+    name: str
+    title: str
+    notes: str
+    exclude: tuple[str, ...]
+    drop_params: tuple[str, ...]
+    keep_params: dict[str, frozenset[str]]
+    session_cookies: tuple[str, ...]
+
+
+def load_cache_rules(path: Path, profiles: Sequence[SiteProfile] = ()) -> CacheRules:
+    """Read a cache rules file and add the profiles' rules; a broken file raises ConfigError naming file and line."""
+    data, where = _read_toml_rules(path, "Cache rules file")
     unknown = set(data) - {"paths", "query"}
     if unknown:
         raise ConfigError(f"{where.of(min(unknown))}: unknown table '{min(unknown)}'; use [paths] and [query].")
     paths = _table(data, "paths", {"include", "exclude", "static_extensions"}, where)
     query = _table(data, "query", {"drop", "keep"}, where)
+    keep = _keep_params(query, where)
+    include = _raw_strings(paths, "include", where) or ["/*"]
+    exclude = _raw_strings(paths, "exclude", where)
+    drop = list(_tokens(query, "drop", where, "[query]"))
+    for profile in profiles:
+        exclude.extend(profile.exclude)
+        drop.extend(profile.drop_params)
+        keep.update(profile.keep_params)
+    return CacheRules(
+        include=_globs(include, ignore_case=False),
+        exclude=_globs(exclude, ignore_case=False) if exclude else None,
+        static_extensions=_tokens(paths, "static_extensions", where, "[paths]"),
+        drop_params=_globs(drop, ignore_case=True) if drop else None,
+        keep_params=keep,
+    )
+
+
+def site_profiles_dir(rules_dir: str) -> Path:
+    return (Path(rules_dir) if rules_dir else default_rules_dir()) / "sites"
+
+
+def load_site_profiles(rules_dir: str, names: Sequence[str]) -> list[SiteProfile]:
+    """The named profiles from ``rules/sites/``; an unknown name raises ConfigError listing the known ones."""
+    folder = site_profiles_dir(rules_dir)
+    profiles = []
+    for name in names:
+        path = folder / f"{name}.toml"
+        if not path.is_file():
+            known = ", ".join(sorted(p.stem for p in folder.glob("*.toml"))) or "none"
+            raise ConfigError(f"Setting 'cache.sites' names '{name}', which is no site profile. Known: {known}.")
+        profiles.append(load_site_profile(path))
+    return profiles
+
+
+def load_site_profile(path: Path) -> SiteProfile:
+    data, where = _read_toml_rules(path, "Site profile")
+    unknown = set(data) - {"site", "paths", "query", "cookies"}
+    if unknown:
+        raise ConfigError(
+            f"{where.of(min(unknown))}: unknown table '{min(unknown)}'; use [site], [paths], [query] and [cookies]."
+        )
+    site = _table(data, "site", {"name", "notes"}, where)
+    paths = _table(data, "paths", {"exclude"}, where)
+    query = _table(data, "query", {"drop", "keep"}, where)
+    cookies = _table(data, "cookies", {"session"}, where)
+    texts = {key: site.get(key, "") for key in ("name", "notes")}
+    for key, value in texts.items():
+        if not isinstance(value, str):
+            raise ConfigError(f"{where.of(key)}: '{key}' must be a string.")
+    return SiteProfile(
+        name=path.stem,
+        title=texts["name"] or path.stem,
+        notes=" ".join(texts["notes"].split()),
+        exclude=tuple(_raw_strings(paths, "exclude", where)),
+        drop_params=_tokens(query, "drop", where, "[query]"),
+        keep_params=_keep_params(query, where),
+        session_cookies=tuple(_raw_strings(cookies, "session", where)),
+    )
+
+
+def _read_toml_rules(path: Path, what: str) -> tuple[dict[str, Any], _Locator]:
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
+    except FileNotFoundError:
+        raise ConfigError(f"{what} '{path}' does not exist.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{what} '{path}' cannot be read: {exc}.") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}.") from None
+    return data, _Locator(path, text)
+
+
+def _keep_params(query: dict[str, Any], where: _Locator) -> dict[str, frozenset[str]]:
     keep: dict[str, frozenset[str]] = {}
     for entry in query.get("keep", []):
         if not isinstance(entry, dict) or set(entry) != {"path", "params"} or not isinstance(entry["path"], str):
@@ -241,15 +319,7 @@ def load_cache_rules(path: Path) -> CacheRules:
                 f'{where.of("[[query.keep]]")}: each [[query.keep]] needs path = "..." and params = [...].'
             )
         keep[entry["path"]] = frozenset(_tokens(entry, "params", where, "[[query.keep]]"))
-    include = _raw_strings(paths, "include", where) or ["/*"]
-    exclude = _raw_strings(paths, "exclude", where)
-    return CacheRules(
-        include=_globs(include, ignore_case=False),
-        exclude=_globs(exclude, ignore_case=False) if exclude else None,
-        static_extensions=_tokens(paths, "static_extensions", where, "[paths]"),
-        drop_params=_globs(_tokens(query, "drop", where, "[query]"), ignore_case=True) if query.get("drop") else None,
-        keep_params=keep,
-    )
+    return keep
 
 
 def _table(data: dict[str, Any], name: str, keys: set[str], where: _Locator) -> dict[str, Any]:

@@ -67,11 +67,9 @@ async def send_response(send: Send, response: Response) -> None:
 def _page_headers(
     etag: str, last_modified: float, kept: tuple[tuple[str, str], ...]
 ) -> tuple[tuple[bytes, bytes], ...]:
-    headers = [
-        (b"etag", etag.encode()),
-        (b"last-modified", formatdate(last_modified, usegmt=True).encode()),
-        (b"vary", b"Accept-Encoding"),
-    ]
+    headers = [(b"etag", etag.encode()), (b"last-modified", formatdate(last_modified, usegmt=True).encode())]
+    if not any(name == "vary" for name, _ in kept):
+        headers.append((b"vary", b"Accept-Encoding"))
     return (*headers, *((name.encode("latin-1"), value.encode("latin-1")) for name, value in kept))
 
 

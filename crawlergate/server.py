@@ -61,6 +61,14 @@ def run_proxy(settings: Settings, *, config_path: Path | None, overrides: Mappin
         file=sys.stderr,
         flush=True,
     )
+    if not server.public_url:
+        print(
+            f"crawlergate serve: warning: server.public_url is not set, so guest fills ask {server.origin} for "
+            "pages with its own address as Host, and the site may build links and redirects to it. Give "
+            "--public-url https://your.site (the address crawlers use).",
+            file=sys.stderr,
+            flush=True,
+        )
     stopped_by: list[int] = []
     # uvicorn shuts down gracefully on these, then re-raises them; handlers of ours turn that into exit 0.
     for stop_signal in (signal.SIGTERM, signal.SIGINT):

@@ -21,10 +21,10 @@ from urllib.parse import quote
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
-from crawlergate.core import Decision, GateCore, Route
+from crawlergate.core import Decision, GateCore, Route, Unstored
 from crawlergate.errors import OriginError, OriginTimeout
 from crawlergate.keys import CacheKey
-from crawlergate.origin import OriginResponse, WsgiOrigin
+from crawlergate.origin import PageTooLarge, PublicSite, WsgiOrigin
 from crawlergate.page import Page
 from crawlergate.serve import Response, page_response, plain_response
 
@@ -43,7 +43,7 @@ class _Flight:
 
     def __init__(self) -> None:
         self.done = threading.Event()
-        self.result: Page | OriginResponse | None = None
+        self.result: Page | Unstored | None = None
         self.error: OriginError | None = None
 
 
@@ -71,7 +71,12 @@ class CrawlerGateWSGI:
         self.settings = settings
         self.cache = self.core.cache
         self.metrics = self.core.metrics
-        self.origin = WsgiOrigin(app, canonical_host=self.core.canonical_host, max_bytes=settings.l2.page_max_bytes)
+        self.origin = WsgiOrigin(
+            app,
+            public=self.core.public,
+            fill_client_address=settings.server.fill_client_address,
+            max_bytes=settings.l2.page_max_bytes,
+        )
         self.admin = self.core.admin
         self._fills: dict[str, _Flight] = {}
         self._fills_lock = threading.Lock()
@@ -121,7 +126,7 @@ class CrawlerGateWSGI:
             self.metrics.record_since("crawler", f"{found.level}-hit", started)
             served = page_response(found.page, method, decision.headers, outcome=b"%s-hit" % found.level.encode())
             return _respond(start_response, served)
-        flight = self._single_flight(key)
+        flight = self._single_flight(key, environ)
         response, outcome = self.core.after_fill(
             key, flight.result, flight.error, found.page if found else None, method, decision.headers
         )
@@ -130,7 +135,7 @@ class CrawlerGateWSGI:
         self.metrics.record_since("crawler", outcome, started)
         return _respond(start_response, response)
 
-    def _single_flight(self, key: CacheKey) -> _Flight:
+    def _single_flight(self, key: CacheKey, environ: WSGIEnvironment) -> _Flight:
         with self._fills_lock:
             flight = self._fills.get(key.digest)
             leader = flight is None
@@ -143,7 +148,7 @@ class CrawlerGateWSGI:
                 return waiting
             return flight
         try:
-            flight.result = self._fill(key)
+            flight.result = self._fill(key, environ)
         except OriginError as exc:
             flight.error = exc
         finally:
@@ -152,20 +157,29 @@ class CrawlerGateWSGI:
             flight.done.set()
         return flight
 
-    def _fill(self, key: CacheKey) -> Page | OriginResponse:
+    def _fill(self, key: CacheKey, environ: WSGIEnvironment) -> Page | Unstored:
         self.metrics.origin_fetches += 1
         try:
-            response = self.origin.fetch_guest(key.target)
-        except OriginError:
+            response = self.origin.fetch_guest(
+                key.target,
+                client=self.core.client_address(
+                    environ.get("REMOTE_ADDR"), [(b"x-forwarded-for", environ.get("HTTP_X_FORWARDED_FOR", "").encode())]
+                ),
+                arrived_at=PublicSite.from_server(
+                    environ.get("wsgi.url_scheme", "http"), (environ.get("SERVER_NAME", ""), environ.get("SERVER_PORT"))
+                ),
+            )
+        except OriginError as exc:
             self.metrics.origin_errors += 1
+            self.metrics.count_not_stored("too-big" if isinstance(exc, PageTooLarge) else "origin-error")
             raise
-        page = self.core.storable_page(response)
-        if page is None:
-            if response.status >= 500:
+        judged = self.core.judge_fill(key, response)
+        if isinstance(judged, Unstored):
+            if judged.has("origin-error") or judged.has("incomplete"):
                 self.metrics.origin_errors += 1
-            return response
-        self.cache.store(key, page)
-        return page
+            return judged
+        self.cache.store(key, judged)
+        return judged
 
     def _pass(
         self, environ: WSGIEnvironment, start_response: StartResponse, decision: Decision, started: float

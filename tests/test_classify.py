@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from crawlergate.classify import HUMAN, MAX_USER_AGENT_CHARS, Classifier
+from crawlergate.config import ClassifySettings
 from crawlergate.rules import CrawlerRule, Family, RuleSet
 from tests.conftest import read_user_agents
 
@@ -103,19 +104,38 @@ def test_classify_empty_ruleset_says_human() -> None:
     ("cookie", "authorization", "expected"),
     [
         pytest.param(None, False, "crawler", id="guest"),
-        pytest.param("theme=dark; lang=en", False, "crawler", id="unrelated-cookies"),
-        pytest.param("theme=dark; sessionid=abc", False, "human", id="session-cookie"),
+        pytest.param("", False, "crawler", id="empty-cookie"),
+        pytest.param("_ga=GA1.2.3; _gid=GA1.2.4; _ga_ABC123=GS1", False, "crawler", id="analytics-only"),
+        pytest.param("cookieconsent_status=dismiss; __utma=1.2", False, "crawler", id="consent-and-utm"),
+        pytest.param("theme=dark; lang=en", False, "human", id="any-other-cookie"),
+        pytest.param("_ga=GA1; trac_auth=0123abcd", False, "human", id="trac-auth"),
+        pytest.param("wikidb_session=abc", False, "human", id="mediawiki-session"),
         pytest.param(b"PHPSESSID=1", False, "human", id="session-cookie-bytes"),
-        pytest.param("wordpress_logged_in_0af3=alice", False, "human", id="prefix-cookie"),
-        pytest.param("mysessionid=abc", False, "crawler", id="name-must-match-whole"),
+        pytest.param(";;  ; ", False, "crawler", id="only-separators"),
         pytest.param(None, True, "human", id="authorization"),
     ],
 )
-def test_classify_request_session_or_credentials_make_human(
+def test_classify_request_any_cookie_but_analytics_makes_human(
     classifier: Classifier, cookie: str | bytes | None, authorization: bool, expected: str
 ) -> None:
     verdict = classifier.classify_request("Googlebot/2.1", cookie=cookie, authorization=authorization)
     assert verdict.kind == expected
+
+
+@pytest.mark.parametrize(
+    ("cookie", "expected"),
+    [
+        pytest.param("theme=dark; lang=en", "crawler", id="unrelated-cookies"),
+        pytest.param("theme=dark; sessionid=abc", "human", id="session-cookie"),
+        pytest.param("wordpress_logged_in_0af3=alice", "human", id="prefix-cookie"),
+        pytest.param("trac_auth=0123abcd", "human", id="trac-auth"),
+        pytest.param("wikidbUserID=3; wikidbToken=x", "human", id="mediawiki-user"),
+        pytest.param("mysessionid=abc", "crawler", id="name-must-match-whole"),
+    ],
+)
+def test_classify_request_named_session_cookies(cookie: str, expected: str) -> None:
+    classifier = Classifier.from_settings(ClassifySettings(session_cookie_rule="named"))
+    assert classifier.classify_request("Googlebot/2.1", cookie=cookie).kind == expected
 
 
 @pytest.mark.parametrize(

@@ -232,27 +232,47 @@ async def test_middleware_guest_fill_is_sanitised(make_gate: Callable[..., Crawl
     gate = make_gate()
     headers = {**GOOGLEBOT, "x-forwarded-host": "evil.test", "x-forwarded-for": "6.6.6.6", "host": "evil.test"}
     async with _client(gate) as client:
-        await client.get("/t/1?utm_source=poison&sid=1", headers=headers)
+        await client.get("/t/1?utm_source=poison&fbclid=1", headers=headers)
     fill = site.seen[0]
     assert "cookie" not in fill.headers and "authorization" not in fill.headers
-    assert "x-forwarded-host" not in fill.headers and "x-forwarded-for" not in fill.headers
-    assert fill.headers["host"] == "localhost"
+    # No public_url: the address the request arrived at, never the client's Host or X-Forwarded-Host.
+    assert fill.headers["host"] == fill.headers["x-forwarded-host"] == "forum.test"
+    # The test client is loopback, a trusted proxy: the visitor it forwards for is the fill's client.
+    assert fill.headers["x-forwarded-for"] == "6.6.6.6" and fill.client is not None and fill.client.host == "6.6.6.6"
+    assert fill.headers["accept-encoding"] == "gzip"
     assert str(fill.url.query) == ""
     assert gate.keys.key_for(b"/t/1").digest in gate.cache.l2.digests()  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("path", ["/personal", "/members-only"])
-async def test_middleware_personal_responses_are_not_stored(
+async def test_middleware_guest_answers_are_stored_without_their_cookies(
     make_gate: Callable[..., CrawlerGateMiddleware], path: str
 ) -> None:
     gate = make_gate()
+    async with _client(gate) as client:
+        miss = await client.get(path, headers=GOOGLEBOT)
+        client.cookies.clear()  # a crawler does not keep the guest session cookie
+        hit = await client.get(path, headers=GOOGLEBOT)
+    assert (miss.headers["x-crawlergate"], hit.headers["x-crawlergate"]) == ("miss", "l1-hit")
+    assert "set-cookie" not in miss.headers and "set-cookie" not in hit.headers
+    assert "cache-control" not in hit.headers
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"), [("/personal", "set-cookie-strict"), ("/members-only", "cache-control-strict")]
+)
+async def test_middleware_strict_mode_stores_no_private_answer(
+    make_gate: Callable[..., CrawlerGateMiddleware], path: str, reason: str
+) -> None:
+    gate = make_gate(cache=CacheSettings(storage_mode="rfc9111"))
     outcomes = []
     async with _client(gate) as client:
         for _ in range(2):
             outcomes.append((await client.get(path, headers=GOOGLEBOT)).headers["x-crawlergate"])
-            client.cookies.clear()  # a crawler does not keep the guest session cookie
+            client.cookies.clear()
     assert outcomes == ["miss", "miss"]
     assert len(gate.cache.l2) == 0
+    assert gate.stats()["not_stored"] == {reason: 2}
 
 
 async def test_middleware_redirect_is_stored_with_its_location(make_gate: Callable[..., CrawlerGateMiddleware]) -> None:

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from crawlergate import CrawlerGateMiddleware, CrawlerGateWSGI
-from crawlergate.config import CacheSettings, L2Settings, Settings
+from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
 
 GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 FIREFOX = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"}
@@ -81,7 +81,28 @@ def test_wsgi_crawler_miss_hit_304_head(wsgi_site: WsgiSite, tmp_path: Path) -> 
     assert "content-encoding" not in identity.headers and identity.text == hit.text
     assert len(wsgi_site.calls) == 1
     guest = wsgi_site.calls[0]
-    assert "HTTP_COOKIE" not in guest and guest["HTTP_HOST"] == "localhost"
+    # No public_url: the fill asks for the address the request arrived at (SERVER_NAME), never the client's Host.
+    assert "HTTP_COOKIE" not in guest and guest["HTTP_HOST"] == "forum.test"
+    gate.close()
+
+
+def test_wsgi_fill_is_an_outside_visitor_of_the_public_url(wsgi_site: WsgiSite, tmp_path: Path) -> None:
+    gate = CrawlerGateWSGI(
+        wsgi_site, settings=_settings(tmp_path, server=ServerSettings(public_url="https://f.example"))
+    )
+    with _client(gate) as client:
+        client.get("/t/1", headers={**GOOGLEBOT, "host": "evil.test", "x-forwarded-for": "203.0.113.9"})
+        client.get("/t/2", headers=GOOGLEBOT)
+    first, second = wsgi_site.calls
+    assert (first["HTTP_HOST"], first["HTTP_X_FORWARDED_HOST"], first["HTTP_X_FORWARDED_PROTO"]) == (
+        "f.example",
+        "f.example",
+        "https",
+    )
+    assert first["wsgi.url_scheme"] == "https" and first["HTTP_ACCEPT_ENCODING"] == "gzip"
+    # The trusted local client forwards for 203.0.113.9; a loopback visitor is never the fill's address.
+    assert first["REMOTE_ADDR"] == first["HTTP_X_FORWARDED_FOR"] == "203.0.113.9"
+    assert second["REMOTE_ADDR"] == second["HTTP_X_FORWARDED_FOR"] == "192.0.2.1"
     gate.close()
 
 
