@@ -272,3 +272,126 @@ def test_cli_stats_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["stats", "--url", f"http://127.0.0.1:{free_port()}"]) == 2
     assert "Cannot reach" in capsys.readouterr().err
+
+
+def site_app() -> Starlette:
+    """A site that names its own address in redirects and redirects http to https, as real sites do."""
+
+    def own_address(request: Request) -> str:
+        host, port = request.scope["server"]
+        return f"http://{host}:{port}"
+
+    async def after_form(request: Request) -> Response:
+        return Response(status_code=303, headers={"location": own_address(request) + "/done?x=1"})
+
+    async def refresh(request: Request) -> Response:
+        return Response("wait", headers={"refresh": f"0; url={own_address(request)}/done"})
+
+    async def secure(request: Request) -> Response:
+        if request.headers.get("x-forwarded-proto") != "https":
+            return Response(status_code=301, headers={"location": f"https://{request.headers['host']}/secure"})
+        return Response("<p>secure page</p>", media_type="text/html")
+
+    async def page(request: Request) -> Response:
+        response = Response(
+            "<p>indexing rules</p>",
+            media_type="text/html",
+            headers={"x-robots-tag": "noindex", "link": '<https://site.example/page>; rel="canonical"'},
+        )
+        response.set_cookie("csrftoken", "guest-token")
+        return response
+
+    async def host(request: Request) -> Response:
+        return JSONResponse(dict(request.headers))
+
+    return Starlette(
+        routes=[
+            Route("/form", after_form, methods=["POST"]),
+            Route("/refresh", refresh),
+            Route("/secure", secure),
+            Route("/page", page),
+            Route("/host", host),
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[ServerThread]:
+    server = ServerThread(site_app()).start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("public_url", ["", "https://forum.example"])
+def test_proxy_redirects_naming_the_origin_stay_on_the_gate(
+    site: ServerThread, tmp_path: Path, public_url: str
+) -> None:
+    proxy = _proxy(site.url, tmp_path, public_url=public_url)
+    try:
+        with httpx.Client(base_url=proxy.url, headers=FIREFOX) as client:
+            moved = client.post("/form")
+            refresh = client.get("/refresh")
+    finally:
+        proxy.stop()
+    expected = public_url or proxy.url
+    assert moved.status_code == 303 and moved.headers["location"] == f"{expected}/done?x=1"
+    assert refresh.headers["refresh"] == f"0; url={expected}/done"
+
+
+@pytest.mark.parametrize(("forward_host", "seen_host"), [("client", "gate.example:8443"), ("origin", None)])
+def test_proxy_sends_the_clients_host_unless_told_otherwise(
+    site: ServerThread, tmp_path: Path, forward_host: str, seen_host: str | None
+) -> None:
+    proxy = _proxy(site.url, tmp_path, forward_host=forward_host)
+    try:
+        seen = httpx.get(f"{proxy.url}/host", headers={**FIREFOX, "host": "gate.example:8443"}).json()
+    finally:
+        proxy.stop()
+    assert seen["host"] == (seen_host or f"127.0.0.1:{site.port}")
+    assert seen["x-forwarded-host"] == "gate.example:8443"
+
+
+def test_proxy_answers_carry_one_date_and_one_server(site: ServerThread, tmp_path: Path) -> None:
+    proxy = _proxy(site.url, tmp_path)
+    try:
+        # Separate requests: a client that kept the page's cookie would be a session, passed to the site.
+        answers = [httpx.get(f"{proxy.url}/page", headers=agent) for agent in (FIREFOX, GOOGLEBOT, GOOGLEBOT)]
+    finally:
+        proxy.stop()
+    assert [answer.headers["x-crawlergate"] for answer in answers] == ["pass", "miss", "l1-hit"]
+    for answer in answers:
+        assert len(answer.headers.get_list("date")) == 1 and len(answer.headers.get_list("server")) == 1
+
+
+def test_proxy_crawlers_get_indexing_headers_and_no_cookie_on_hits(site: ServerThread, tmp_path: Path) -> None:
+    proxy = _proxy(site.url, tmp_path, public_url="https://site.example")
+    try:
+        with httpx.Client(base_url=proxy.url, headers=GOOGLEBOT) as client:
+            miss, hit = client.get("/page"), client.get("/page")
+    finally:
+        proxy.stop()
+    assert (miss.headers["x-crawlergate"], hit.headers["x-crawlergate"]) == ("miss", "l1-hit")
+    for answer in (miss, hit):
+        assert answer.headers["x-robots-tag"] == "noindex"
+        assert answer.headers["link"] == '<https://site.example/page>; rel="canonical"'
+        assert "set-cookie" not in answer.headers
+
+
+def test_proxy_behind_tls_front_fills_as_https_and_never_serves_a_redirect_to_self(
+    site: ServerThread, tmp_path: Path
+) -> None:
+    front = {**GOOGLEBOT, "x-forwarded-proto": "https", "x-forwarded-for": "66.249.66.1"}
+    gate = _proxy(site.url, tmp_path / "right", public_url="https://forum.example")
+    misconfigured = _proxy(site.url, tmp_path / "wrong", public_url="http://forum.example")
+    try:
+        right = [httpx.get(f"{gate.url}/secure", headers=front) for _ in range(2)]
+        wrong = [httpx.get(f"{misconfigured.url}/secure", headers=front) for _ in range(2)]
+        stats = httpx.get(f"{misconfigured.url}/_crawlergate/stats").json()
+    finally:
+        gate.stop()
+        misconfigured.stop()
+    assert [(r.status_code, r.headers["x-crawlergate"]) for r in right] == [(200, "miss"), (200, "l1-hit")]
+    # The fill of an http public URL is redirected to https://same-url: never stored, never handed on;
+    # the crawler's own request, with its real scheme, is answered by the live site.
+    assert [(r.status_code, r.headers["x-crawlergate"]) for r in wrong] == [(200, "pass"), (200, "pass")]
+    assert stats["not_stored"] == {"redirect-to-self": 2}
