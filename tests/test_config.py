@@ -75,3 +75,41 @@ def test_config_parse_size(text: str, expected: int) -> None:
 def test_config_parse_size_rejects_words() -> None:
     with pytest.raises(ValueError, match="not a size"):
         parse_size("lots")
+
+
+@pytest.mark.parametrize(
+    ("environ", "public_url"),
+    [
+        pytest.param({"CRAWLERGATE_SERVER_PUBLIC_URL": "https://forum.example/"}, "https://forum.example", id="slash"),
+        pytest.param({"CRAWLERGATE_SERVER_CANONICAL_HOST": "forum.example"}, "http://forum.example", id="alias"),
+        pytest.param(
+            {
+                "CRAWLERGATE_SERVER_CANONICAL_HOST": "old.example",
+                "CRAWLERGATE_SERVER_PUBLIC_URL": "https://new.example",
+            },
+            "https://new.example",
+            id="public-url-wins",
+        ),
+        pytest.param({}, "", id="unset"),
+    ],
+)
+def test_config_public_url_and_its_alias(environ: dict[str, str], public_url: str) -> None:
+    assert load_settings(None, environ).server.public_url == public_url
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        pytest.param({"CRAWLERGATE_SERVER_PUBLIC_URL": "forum.example"}, "scheme and host only", id="no-scheme"),
+        pytest.param({"CRAWLERGATE_SERVER_PUBLIC_URL": "https://f.example/app"}, "scheme and host", id="path"),
+        pytest.param({"CRAWLERGATE_SERVER_FORWARD_HOST": "both"}, "one of 'client', 'origin'", id="forward-host"),
+        pytest.param({"CRAWLERGATE_SERVER_FILL_CLIENT_ADDRESS": "me"}, "Must be an IP address", id="fill-client"),
+        pytest.param({"CRAWLERGATE_CACHE_STORAGE_MODE": "shared"}, "one of 'guest', 'rfc9111'", id="mode"),
+        pytest.param({"CRAWLERGATE_CACHE_STORED_HEADERS": "Set-Cookie"}, "never stored", id="stored-cookie"),
+        pytest.param({"CRAWLERGATE_CACHE_SITES": "Trac!"}, "profile name", id="site-name"),
+        pytest.param({"CRAWLERGATE_CLASSIFY_SESSION_COOKIE_RULE": "all"}, "one of 'any', 'named'", id="cookie-rule"),
+    ],
+)
+def test_config_real_site_settings_are_checked(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(None, environ)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from crawlergate.keys import KeyMaker, normalise_path
-from crawlergate.rules import default_rules_dir, load_cache_rules
+from crawlergate.rules import default_rules_dir, load_cache_rules, load_site_profiles
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +59,27 @@ def test_keys_equal_urls_share_a_digest(keys: KeyMaker) -> None:
 def test_keys_normalise_path_keeps_trailing_slash() -> None:
     assert normalise_path(b"/a/b/") == "/a/b/"
     assert normalise_path(b"/a/b/..") == "/a/"
+
+
+@pytest.mark.parametrize("name", ["s", "q", "p", "page", "id", "sid", "ref", "title", "action", "oldid"])
+def test_keys_default_rules_never_drop_a_parameter_that_selects_content(keys: KeyMaker, name: str) -> None:
+    first = keys.key_for(b"/", f"{name}=one".encode())
+    second = keys.key_for(b"/", f"{name}=two".encode())
+    assert first is not None and second is not None and first.digest != second.digest
+    assert first.target == f"/?{name}=one"
+
+
+@pytest.mark.parametrize("name", ["utm_source", "utm_campaign", "fbclid", "gclid", "msclkid", "mc_cid", "_hsenc"])
+def test_keys_default_rules_drop_tracking_parameters(keys: KeyMaker, name: str) -> None:
+    key = keys.key_for(b"/t", f"a=1&{name}=x".encode())
+    assert key is not None and key.target == "/t?a=1"
+
+
+def test_keys_site_profile_adds_excludes_and_dropped_parameters() -> None:
+    profiles = load_site_profiles("", ["trac", "phpbb"])
+    keys = KeyMaker(load_cache_rules(default_rules_dir() / "cache.toml", profiles), admin_prefix="/_crawlergate")
+    assert keys.key_for(b"/prefs/general") is None and keys.key_for(b"/ucp.php", b"mode=login") is None
+    assert "exclude pattern" in keys.why_not_cacheable(b"/prefs")
+    key = keys.key_for(b"/viewtopic.php", b"t=3&sid=0123abcd&hilit=word")
+    assert key is not None and key.target == "/viewtopic.php?t=3"
+    assert keys.why_not_cacheable(b"/viewtopic.php") == ""

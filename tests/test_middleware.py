@@ -12,6 +12,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crawlergate.cache import TwoLevelCache
 from crawlergate.config import CacheSettings, L1Settings, L2Settings, ServerSettings, Settings
@@ -547,3 +548,61 @@ async def test_middleware_prometheus_metrics(make_gate: Callable[..., CrawlerGat
         if line.startswith('crawlergate_ttfb_seconds_bucket{class="crawler"')
     ]
     assert buckets == sorted(buckets)
+
+
+def _raw_site(answers: list[list[Message]]) -> ASGIApp:
+    """An ASGI site that plays back one list of messages per request, as a misbehaving server would send them."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        for message in answers.pop(0):
+            await send(message)
+
+    return app
+
+
+def _start(headers: list[tuple[bytes, bytes]] | None = None) -> Message:
+    return {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [(b"content-type", b"text/html"), *(headers or [])],
+    }
+
+
+async def test_middleware_half_page_is_never_stored_and_stale_beats_it(tmp_path: Path) -> None:
+    whole = [_start(), {"type": "http.response.body", "body": b"<p>whole page</p>"}]
+    cut = [_start(), {"type": "http.response.body", "body": b"<p>half", "more_body": True}]
+    short = [_start([(b"content-length", b"100")]), {"type": "http.response.body", "body": b"<p>short</p>"}]
+    clock = [1000.0]
+    gate = CrawlerGateMiddleware(
+        _raw_site([whole, cut, short, cut]),
+        settings=Settings(l2=L2Settings(cache_dir=str(tmp_path)), cache=CacheSettings(ttl_seconds=10)),
+        clock=lambda: clock[0],
+    )
+    async with _client(gate) as client:
+        first = await client.get("/t/1", headers=GOOGLEBOT)
+        clock[0] += 60  # expired: the next crawler request refetches
+        stale = [await client.get("/t/1", headers=GOOGLEBOT) for _ in range(2)]
+        nothing = await client.get("/t/2", headers=GOOGLEBOT)
+    assert first.text == "<p>whole page</p>"
+    assert [(r.headers["x-crawlergate"], r.text) for r in stale] == [("stale", "<p>whole page</p>")] * 2
+    assert nothing.status_code == 502
+    assert gate.stats()["not_stored"] == {"incomplete": 3}
+    found = gate.cache.lookup(gate.keys.key_for(b"/t/1"))  # type: ignore[arg-type]
+    assert found is not None and found.page.body() == b"<p>whole page</p>"
+
+
+async def test_middleware_stores_the_sites_gzip_as_it_came(tmp_path: Path) -> None:
+    body = b"<p>" + b"a guest page " * 200 + b"</p>"
+    site_gzip = gzip.compress(body, mtime=77)
+    answer = [_start([(b"content-encoding", b"gzip")]), {"type": "http.response.body", "body": site_gzip}]
+    gate = CrawlerGateMiddleware(_raw_site([answer]), settings=Settings(l2=L2Settings(cache_dir=str(tmp_path))))
+    async with _client(gate) as client:
+        miss = await client.get("/t/1", headers=GOOGLEBOT)
+        hit = await client.get("/t/1", headers=GOOGLEBOT)
+        identity = await client.get("/t/1", headers={**GOOGLEBOT, "accept-encoding": "identity"})
+    assert miss.headers["content-encoding"] == hit.headers["content-encoding"] == "gzip"
+    assert hit.content == body and identity.content == body
+    found = gate.cache.lookup(gate.keys.key_for(b"/t/1"))  # type: ignore[arg-type]
+    assert found is not None and found.page.body_gz == site_gzip

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from crawlergate.errors import ConfigError
-from crawlergate.rules import CRAWLER_TAGS, default_rules_dir, load_rules
+from crawlergate.rules import CRAWLER_TAGS, default_rules_dir, load_rules, load_site_profiles, site_profiles_dir
 
 
 def test_rules_shipped_files_load() -> None:
@@ -67,3 +67,22 @@ def test_rules_error_points_at_the_line(tmp_path: Path) -> None:
 def test_rules_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_rules([tmp_path / "nope.toml"])
+
+
+def test_rules_every_shipped_site_profile_loads() -> None:
+    names = sorted(path.stem for path in site_profiles_dir("").glob("*.toml"))
+    assert names == ["discourse", "django", "mediawiki", "phpbb", "trac", "wordpress"]
+    for profile in load_site_profiles("", names):
+        assert profile.title and profile.notes and profile.exclude and profile.session_cookies
+
+
+def test_rules_unknown_site_profile_lists_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match="'drupal', which is no site profile. Known: discourse, django"):
+        load_site_profiles("", ["drupal"])
+
+
+def test_rules_broken_site_profile_names_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "sites").mkdir()
+    (tmp_path / "sites" / "mine.toml").write_text('[site]\nname = "Mine"\n\n[cookies]\nsession = "sid"\n')
+    with pytest.raises(ConfigError, match=r"mine.toml:5: 'session' must be a list"):
+        load_site_profiles(str(tmp_path), ["mine"])
