@@ -146,7 +146,9 @@ class StoragePolicy:
             if directive in control:
                 markers.append(("cache-control-strict", f"Cache-Control: {directive}"))
         if explicit_ttl is not None and explicit_ttl <= 0:
-            markers.append(("cache-control-strict", "an explicit lifetime of 0 (max-age=0 or a past Expires)"))
+            given = next((f"{name}={control[name]}" for name in ("s-maxage", "max-age") if name in control), None)
+            lifetime = f"Cache-Control: {given}" if given else f"Expires: {response.header('expires')} (past)"
+            markers.append(("cache-control-strict", lifetime))
         others = [token for token in vary if token not in ("accept-encoding", "*")]
         if others:
             markers.append(("vary-strict", "Vary: " + ", ".join(others)))
