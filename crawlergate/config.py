@@ -103,6 +103,9 @@ DEFAULT_STORED_HEADERS = (
     "X-Frame-Options",
     "Referrer-Policy",
     "Permissions-Policy",
+    "Cross-Origin-Opener-Policy",
+    "Cross-Origin-Embedder-Policy",
+    "Cross-Origin-Resource-Policy",
     "Strict-Transport-Security",
     "Access-Control-Allow-Origin",
 )

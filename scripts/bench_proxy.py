@@ -7,9 +7,14 @@
   cost) with Firefox's user agent, through `crawlergate serve` and straight to the forum, whose
   pages cost 20 ms of CPU.
 
+- Human pass-through on a Django site (scripts/django_bench_site.py, a 2 ms page with CSRF) under
+  gunicorn, with one connection: straight to gunicorn, through `crawlergate serve` and through a
+  plain nginx proxy_pass, both with gunicorn's sync workers (which close every connection, so
+  each proxied request reconnects) and with its gthread workers (keep-alive to the origin).
+
 Cases run alternately, `--rounds` times; medians are reported. Needs wrk and nginx (Debian packages).
 
-    python scripts/bench_proxy.py [--seconds 10] [--rounds 3]
+    python scripts/bench_proxy.py [--part forum|django|all] [--seconds 10] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -53,16 +58,120 @@ def start_nginx(folder: Path, port: int, origin: int, workers: int) -> subproces
     return subprocess.Popen(["nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf")], stderr=subprocess.DEVNULL)
 
 
+NGINX_PLAIN_PROXY = """
+worker_processes 1;
+daemon off;
+user root;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    upstream origin { server {origin}; keepalive 16; }
+    server {
+        listen 127.0.0.1:{port};
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $host;
+        }
+    }
+}
+"""
+
+
+def start_gunicorn(port: int, worker_class: str, page_ms: float) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "gunicorn", "--chdir", str(HERE), "--bind", f"127.0.0.1:{port}", "--workers", "1"]
+    if worker_class == "gthread":
+        command += ["--worker-class", "gthread", "--threads", "4", "--keep-alive", "30"]
+    environment = {**os.environ, "BENCH_PAGE_MS": str(page_ms)}
+    return subprocess.Popen([*command, "django_bench_site:application"], stderr=subprocess.DEVNULL, env=environment)
+
+
+def start_plain_nginx(folder: Path, port: int, origin: int) -> subprocess.Popen[bytes]:
+    prefix = folder / f"nginx-plain-{port}"
+    prefix.mkdir(parents=True)
+    config = NGINX_PLAIN_PROXY
+    for name, value in {"prefix": prefix, "origin": f"127.0.0.1:{origin}", "port": port}.items():
+        config = config.replace("{" + name + "}", str(value))
+    (prefix / "nginx.conf").write_text(config)
+    return subprocess.Popen(["nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf")], stderr=subprocess.DEVNULL)
+
+
+def bench_django(args: argparse.Namespace) -> None:
+    processes: list[subprocess.Popen[bytes]] = []
+    results: dict[str, list[dict[str, float]]] = {}
+    page = "/item/7/"
+    try:
+        with tempfile.TemporaryDirectory() as temp:
+            folder = Path(temp)
+            cases: dict[str, str] = {}
+            for worker_class in ("sync", "gthread"):
+                origin, gate, nginx = free_port(), free_port(), free_port()
+                processes.append(start_gunicorn(origin, worker_class, args.page_ms))
+                wait_for(origin, timeout_s=60)
+                processes.append(start_gate(folder, gate, origin, 1))
+                processes.append(start_plain_nginx(folder, nginx, origin))
+                wait_for(gate)
+                wait_for(nginx)
+                cases[f"{worker_class}: straight to gunicorn"] = f"http://127.0.0.1:{origin}{page}"
+                cases[f"{worker_class}: through crawlergate"] = f"http://127.0.0.1:{gate}{page}"
+                cases[f"{worker_class}: through nginx"] = f"http://127.0.0.1:{nginx}{page}"
+            for round_number in range(args.rounds):
+                for name, url in cases.items():
+                    results.setdefault(name, []).append(run_wrk(url, FIREFOX, args.seconds, 1))
+                print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
+    finally:
+        _stop(processes)
+    median = _medians(results)
+    print(f"\nHuman pass-through, Django {args.page_ms:g} ms page under gunicorn, wrk 1 connection, "
+          f"{args.seconds} s x {args.rounds} rounds, medians")  # fmt: skip
+    _print_table(median)
+    for worker_class, keep_alive in (("sync", "no keep-alive"), ("gthread", "keep-alive")):
+        direct = median[f"{worker_class}: straight to gunicorn"]["p50_ms"]
+        ours = median[f"{worker_class}: through crawlergate"]["p50_ms"] - direct
+        nginx = median[f"{worker_class}: through nginx"]["p50_ms"] - direct
+        print(f"origin {worker_class} ({keep_alive}): crawlergate adds {ours:+.2f} ms p50, nginx {nginx:+.2f} ms")
+
+
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.wait(timeout=30)
+
+
+def _medians(results: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    return {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in results.items()}
+
+
+def _print_table(median: dict[str, dict[str, float]]) -> None:
+    print(f"{'case':<36}{'requests/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>9}")
+    for name, row in median.items():
+        print(f"{name:<36}{row['rps']:>12,.0f}{row['p50_ms']:>10.2f}{row['p99_ms']:>10.2f}{row['errors']:>9.0f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=("forum", "django", "all"), default="all")
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--work-ms", type=float, default=20.0)
+    parser.add_argument("--work-ms", type=float, default=20.0, help="CPU time of a forum page")
+    parser.add_argument("--page-ms", type=float, default=2.0, help="CPU time of the Django page")
     args = parser.parse_args()
     for tool in ("wrk", "nginx"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is needed: apt-get install -y {tool}")
+    if args.part in ("forum", "all"):
+        bench_forum(args)
+    if args.part in ("django", "all"):
+        bench_django(args)
+    return 0
+
+
+def bench_forum(args: argparse.Namespace) -> None:
 
     processes: list[subprocess.Popen[bytes]] = []
     results: dict[str, list[dict[str, float]]] = {}
@@ -95,23 +204,17 @@ def main() -> int:
                     results.setdefault(name, []).append(run_wrk(url, FIREFOX, args.seconds, 1))
                 print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
+        _stop(processes)
 
-    median = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in results.items()}
+    median = _medians(results)
     print(f"\nwrk, {args.seconds} s x {args.rounds} rounds, medians; crawler cases {args.connections} connections")
-    print(f"{'case':<36}{'requests/s':>12}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>9}")
-    for name, row in median.items():
-        print(f"{name:<36}{row['rps']:>12,.0f}{row['p50_ms']:>10.2f}{row['p99_ms']:>10.2f}{row['errors']:>9.0f}")
+    _print_table(median)
     print()
     for workers in (1, 2):
         ours, theirs = median[f"crawlergate, {workers} worker(s)"], median[f"nginx proxy_cache, {workers} worker(s)"]
         print(f"crawler hits, {workers} worker(s): crawlergate at {ours['rps'] / theirs['rps']:.0%} of nginx")
     direct, gated = median["human, straight to the forum"], median["human, through crawlergate"]
     print(f"human pass-through adds {gated['p50_ms'] - direct['p50_ms']:+.2f} ms p50 on a {args.work_ms:g} ms page")
-    return 0
 
 
 if __name__ == "__main__":
