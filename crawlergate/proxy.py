@@ -236,8 +236,8 @@ def _request_base(scope: Scope, trusted: TrustedProxies) -> bytes:
     """The scheme and host the client asked for: its own, or what a trusted front proxy says they were."""
     client = scope.get("client")
     believed = FILL_EXTENSION in scope.get("extensions", {}) or (client is not None and client[0] in trusted)
-    headers = dict(scope["headers"])
-    scheme = (believed and headers.get(b"x-forwarded-proto")) or scope.get("scheme", "http").encode()
+    headers: dict[bytes, bytes] = dict(scope["headers"])
+    scheme: bytes = (believed and headers.get(b"x-forwarded-proto")) or scope.get("scheme", "http").encode()
     host = (believed and headers.get(b"x-forwarded-host")) or headers.get(b"host")
     if not host:
         server = scope.get("server") or ("localhost", None)
