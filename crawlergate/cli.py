@@ -25,7 +25,7 @@ from crawlergate.analyze import crawler_share, format_share, share_as_json
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings, load_settings
 from crawlergate.errors import CrawlerGateError
-from crawlergate.logparse import PRESETS, LogFormat, LogReader
+from crawlergate.logparse import PRESETS, LogReader
 from crawlergate.progress import Progress
 
 EXIT_OK = 0
@@ -77,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     classify.add_argument(
         "--format",
         default="auto",
-        help=f"log format: auto, {', '.join(PRESETS)}, or an Apache LogFormat / nginx log_format string",
+        help=f"log format: auto (detected: nginx/Apache text, JSON lines, W3C), {', '.join(PRESETS)}, json, "
+        "json:FIELD=NAME,..., w3c, or an Apache LogFormat / nginx log_format string",
     )
     classify.add_argument("--families", action="store_true", help="add the crawler family and tag as columns")
     classify.add_argument("--top", type=_positive_int, default=10, help="user agents in the --log top list")
@@ -283,18 +284,21 @@ def _run_analyze(args: argparse.Namespace) -> int:
     from crawlergate.analyze import format_profile, profile_html, profile_log
 
     classifier = Classifier.from_settings(_settings(args).classify)
+    out = _text_out(args)
+    log_format = _open_log(args).format
     with Progress(f"reading {args.log.name}", total=1, unit="B") as progress:
-        reader = LogReader(args.log, LogFormat(args.format), on_progress=_progress_bytes(progress))
+        reader = LogReader(args.log, log_format, on_progress=_progress_bytes(progress))
         profile = profile_log(reader, classifier)
-    print(format_profile(profile, classifier, args.top))
-    print(f"\n{reader.lines:,} lines read, {reader.malformed:,} malformed skipped")
+    _after_reading(reader)
+    print(format_profile(profile, classifier, args.top), file=out)
+    print(f"\n{reader.lines:,} lines read, {reader.malformed:,} malformed skipped", file=out)
     if args.json:
         data = profile.as_json(classifier, args.top)
         data.update(lines=reader.lines, malformed=reader.malformed)
         _write_json(args.json, data)
     if args.report:
         _write_text(args.report, profile_html(profile, classifier, args.top))
-        print(f"report: {args.report}")
+        print(f"report: {args.report}", file=out)
     return EXIT_OK
 
 
@@ -312,8 +316,10 @@ def _run_replay(args: argparse.Namespace) -> int:
     except re.error as exc:
         raise CrawlerGateError(f"--path {args.path!r} is not a regular expression: {exc}.") from None
     classifier = Classifier.from_settings(_settings(args).classify)
-    reader = LogReader(args.log, LogFormat(args.format))
+    reader = _open_log(args)
     requests = requests_from_log(reader, classifier, limit=args.limit, path_pattern=pattern, kind=args.kind)
+    if args.limit is None or len(requests) < args.limit:
+        _after_reading(reader)
     if not requests:
         raise CrawlerGateError(f"No GET/HEAD requests to replay in '{args.log}' (after filters).")
     mode = f"open loop at {args.speed:g}x the log's pace" if args.speed else f"{args.concurrency} clients"
@@ -330,12 +336,13 @@ def _run_replay(args: argparse.Namespace) -> int:
                 )
             )  # fmt: skip
         results.append(result)
-    print(format_summary(results))
+    out = _text_out(args)
+    print(format_summary(results), file=out)
     if args.json:
         _write_json(args.json, comparison(results) if len(results) == 2 else results[0].summary())
     if args.report:
         _write_text(args.report, report_html(results))
-        print(f"report: {args.report}")
+        print(f"report: {args.report}", file=out)
     return EXIT_OK
 
 
@@ -401,22 +408,34 @@ def _run_simulate(args: argparse.Namespace) -> int:
     )
     cache_dir = None if args.no_cache else default_cache_root() / "crawlergate-sim"
     started = time.perf_counter()
+    out = _text_out(args)
+    log_format = _open_log(args).format.spec
     with Progress(f"reading {args.log.name}", total=1, unit="B") as progress:
         trace = load_trace(
-            args.log, classifier, keys, log_format=args.format, cache_dir=cache_dir,
+            args.log, classifier, keys, log_format=log_format, cache_dir=cache_dir,
             rules_fingerprint=rules_fingerprint([*rule_files, cache_rules]), on_progress=_progress_bytes(progress),
         )  # fmt: skip
     parsed = time.perf_counter() - started
+    if trace.lines and trace.malformed >= trace.lines:
+        raise CrawlerGateError(
+            f"Log file '{args.log}': none of its {trace.lines:,} lines read as {trace.format_description}."
+        )
+    if trace.lines and trace.malformed > 0.05 * trace.lines:
+        example = f"; e.g. {trace.malformed_example}" if trace.malformed_example else ""
+        print(f"warning: {trace.malformed:,} of {trace.lines:,} lines did not read as {trace.format_description}"
+              f"{example}", file=sys.stderr)  # fmt: skip
     policies = args.policies or list(POLICIES)
-    report = run_simulation(trace, args.sizes or default_sizes(trace), policies, args.curve)
-    print(format_report(report, policies))
+    report = run_simulation(
+        trace, args.sizes or default_sizes(trace), policies, args.curve, item_max_bytes=settings.l1.item_max_bytes
+    )
+    print(format_report(report, policies), file=out)
     print(f"\n{trace.lines:,} lines ({trace.malformed:,} malformed, skipped) read in {parsed:.2f} s; "
-          f"all simulations in {time.perf_counter() - started - parsed:.2f} s")  # fmt: skip
+          f"all simulations in {time.perf_counter() - started - parsed:.2f} s", file=out)  # fmt: skip
     if args.json:
         _write_json(args.json, report.as_json())
     if args.report:
         _write_text(args.report, report_html(report, policies))
-        print(f"report: {args.report}")
+        print(f"report: {args.report}", file=out)
     return EXIT_OK
 
 
@@ -518,20 +537,39 @@ def _read_lines(path: Path) -> Iterable[str]:
 
 
 def _classify_log(args: argparse.Namespace, classifier: Classifier) -> int:
-    log_format = LogFormat(args.format)
+    out = _text_out(args)
+    reader = _open_log(args)
     with Progress(f"reading {args.log.name}", total=1, unit="B") as progress:
-        reader = LogReader(args.log, log_format, on_progress=_progress_bytes(progress))
+        reader = LogReader(args.log, reader.format, on_progress=_progress_bytes(progress))
         report = crawler_share(reader, classifier)
-    print(format_share(report, classifier, args.top))
+    _after_reading(reader)
+    print(format_share(report, classifier, args.top), file=out)
     skipped = f"{reader.malformed:,} malformed line(s) skipped" if reader.malformed else "no malformed lines"
-    print(f"\n{reader.lines:,} lines read, {skipped}")
-    if reader.truncated:
-        print(f"warning: the log ends early: {reader.truncated}", file=sys.stderr)
+    print(f"\n{reader.lines:,} lines read, {skipped}", file=out)
     if args.json:
         data = share_as_json(report, classifier, args.top)
         data.update(lines=reader.lines, malformed=reader.malformed)
         _write_json(args.json, data)
     return EXIT_OK
+
+
+def _open_log(args: argparse.Namespace) -> LogReader:
+    """A reader of ``args.log`` whose format is known (detected or given), after one line saying which it is."""
+    reader = LogReader(args.log, args.format)
+    print(f"{args.log.name}: read as {reader.format.description}", file=sys.stderr)
+    return reader
+
+
+def _after_reading(reader: LogReader) -> None:
+    """Refuse a log of which no line was a request; warn about a damaged or partly unreadable one."""
+    reader.require_requests()
+    for warning in reader.warnings():
+        print(f"warning: {warning}", file=sys.stderr)
+
+
+def _text_out(args: argparse.Namespace) -> TextIO:
+    """Where the human-readable report goes: standard output, unless the JSON goes there."""
+    return sys.stderr if getattr(args, "json", None) == "-" else sys.stdout
 
 
 def _progress_bytes(progress: Progress) -> Callable[[int, int], None]:

@@ -1,9 +1,14 @@
-"""Access-log lines to LogRecords: Apache and nginx combined format, with or without a time field.
+"""Access-log files to LogRecords, in whatever common format the server wrote, detected from the first lines.
 
-Streams: a multi-gigabyte (or gzipped) log is read line by line, never loaded whole. Lines that
-do not match the format are counted and skipped, never fatal.
+Formats read: Apache and nginx text logs (combined or common, with any trailing fields and an
+optional vhost prefix; ``logtext``), JSON lines (Caddy, nginx, Traefik; ``logjson``) and W3C
+extended logs (IIS, CloudFront; ``logw3c``), plain or gzipped. Streams: a multi-gigabyte log is
+read line by line, never loaded whole. Lines that do not match are counted and skipped, one kept
+as an example; a file in which no line reads as a request is refused with a sentence saying what
+its first line looked like.
 
     reader = LogReader("access.log.gz")
+    print("read as:", reader.format.description)
     for record in reader:
         ...
     reader.malformed  # how many lines were skipped
@@ -12,179 +17,133 @@ do not match the format are counted and skipped, never fatal.
 from __future__ import annotations
 
 import contextlib
-import functools
 import gzip
-import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
 from crawlergate.errors import ConfigError
+from crawlergate.logjson import JsonFormat
+from crawlergate.logrecord import AccessLogFormat, FieldRow, LogRecord, split_request
+from crawlergate.logtext import AUTO, PRESETS, LogFormat, TextLayout, parse_log_time, tail_tokens, time_value
+from crawlergate.logw3c import W3cFormat
 
-# LogFormat strings of the presets. The trailing time field is Apache's %D (microseconds) or %T
-# (seconds), or nginx's $request_time (seconds, millisecond resolution).
-PRESETS: dict[str, str] = {
-    "combined": '%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i"',
-    "combined-micros": '%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i" %D',
-    "combined-seconds": '%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i" %T',
-    "nginx": '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
-    '"$http_referer" "$http_user_agent"',
-    "nginx-timed": '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
-    '"$http_referer" "$http_user_agent" $request_time',
-}
-
-# "auto": combined, with an optional trailing number: a decimal point means seconds (nginx
-# $request_time), an integer means microseconds (Apache %D, the field the paper's timings used).
-AUTO = "auto"
-
-# "Unrolling the loop" (Friedl): no alternation per character, ~5x faster than (?:[^"\\]|\\.)*.
-_QUOTED = r'"([^"\\]*(?:\\.[^"\\]*)*)"'
-_FIELDS: dict[str, tuple[str, str | None]] = {
-    # directive: (regex, record field)
-    "%h": (r"(\S+)", "host"),
-    "$remote_addr": (r"(\S+)", "host"),
-    "%a": (r"(\S+)", "host"),
-    "%l": (r"\S+", None),
-    "%u": (r"(\S+)", "user"),
-    "$remote_user": (r"(\S+)", "user"),
-    "%t": (r"\[([^\]]+)\]", "time"),
-    "[$time_local]": (r"\[([^\]]+)\]", "time"),
-    '"%r"': (_QUOTED, "request"),
-    '"$request"': (_QUOTED, "request"),
-    "%>s": (r"(\d{3})", "status"),
-    "%s": (r"(\d{3})", "status"),
-    "$status": (r"(\d{3})", "status"),
-    "%b": (r"(\d+|-)", "bytes"),
-    "%B": (r"(\d+)", "bytes"),
-    "$body_bytes_sent": (r"(\d+|-)", "bytes"),
-    "$bytes_sent": (r"(\d+|-)", "bytes"),
-    '"%{Referer}i"': (_QUOTED, "referer"),
-    '"$http_referer"': (_QUOTED, "referer"),
-    '"%{User-agent}i"': (_QUOTED, "user_agent"),
-    '"%{User-Agent}i"': (_QUOTED, "user_agent"),
-    '"$http_user_agent"': (_QUOTED, "user_agent"),
-    "%D": (r"(\d+)", "micros"),
-    "%T": (r"(\d+)", "seconds"),
-    "$request_time": (r"(\d+(?:\.\d+)?)", "seconds"),
-    "$upstream_response_time": (r"(\d+(?:\.\d+)?|-)", "seconds"),
-}
-_DIRECTIVE = re.compile(r'"[%$][^"]+"|\[\$time_local\]|%>s|%\{[^}]+\}[ioe]|%[a-zA-Z]|\$[a-z_]+')
-_MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-_MONTHS = {name: number for number, name in enumerate(_MONTH_NAMES, start=1)}
-_GZIP_MAGIC = b"\x1f\x8b"
+__all__ = [
+    "AUTO",
+    "PRESETS",
+    "AccessLogFormat",
+    "FieldRow",
+    "LogFormat",
+    "LogReader",
+    "LogRecord",
+    "detect_format",
+    "iter_records",
+    "make_format",
+    "parse_log_time",
+    "split_request",
+]
 
 T = TypeVar("T")
-# (request line, status, bytes, user agent, time), as they stand in the log line.
-FieldRow = tuple[str, str, str, str, str]
 # Lines are read in blocks of about this size for the fast path: big enough to amortise the regex
 # call, small enough to keep memory flat.
 BLOCK_BYTES = 4 * 1024 * 1024
+# The detector reads this much of the start of a file (decompressed), at most this many lines.
+SAMPLE_BYTES = 256 * 1024
+SAMPLE_LINES = 200
+# More malformed lines than this share earns a warning: a log of another layout, not a few bad lines.
+MALFORMED_WARNING_SHARE = 0.05
+# A response-time column is one that holds a number in at least this share of the sampled lines.
+_DURATION_SHARE = 0.8
+_GZIP_MAGIC = b"\x1f\x8b"
+_FORMATS_READ = (
+    "nginx/Apache combined or common (extra fields and a vhost prefix allowed), JSON lines (Caddy, nginx, "
+    "Traefik), W3C extended (IIS, CloudFront)"
+)
 
 
-@dataclass(frozen=True, slots=True)
-class LogRecord:
-    """One request of an access log. ``duration_s`` is None when the log has no time field."""
-
-    host: str
-    timestamp: float
-    method: str
-    target: str
-    status: int
-    bytes_sent: int
-    referer: str
-    user_agent: str
-    duration_s: float | None
-    # The authenticated user (%u / $remote_user), "" when the log has "-".
-    user: str = ""
-
-    @property
-    def path(self) -> str:
-        """The target without its query string."""
-        return self.target.partition("?")[0]
-
-
-class LogFormat:
-    """A compiled log format: a preset name, ``auto``, or an Apache LogFormat / nginx log_format string."""
-
-    def __init__(self, spec: str = AUTO) -> None:
-        self.name = spec
-        optional_duration = r"(?: (\d+(?:\.\d+)?))?" if spec == AUTO else ""
-        text = PRESETS["combined"] if spec == AUTO else PRESETS.get(spec, spec)
-        self._pattern, self._fields = _compile_format(text, optional_duration)
-        if optional_duration:
-            self._fields.append("auto_duration")
-        self.has_duration = any(f in {"micros", "seconds", "auto_duration"} for f in self._fields)
-        # The same format for whole blocks of lines: anchored at each line, never crossing one.
-        self._block_pattern = re.compile(
-            "^" + self._pattern.pattern.removesuffix(_LINE_END) + r"[ \t\r]*$", re.MULTILINE
-        )
-        position = {name: index for index, name in reversed(list(enumerate(self._fields)))}
-        self._request = position["request"]
-        self._status, self._bytes = position.get("status"), position.get("bytes")
-        self._user_agent, self._time = position.get("user_agent"), position.get("time")
-        wanted = (self._request, self._status, self._bytes, self._user_agent, self._time)
-        # match.group(i, j, ...) cuts all fields out in one C call when the format has them all.
-        self._fast_indices = tuple(index + 1 for index in wanted) if None not in wanted else ()  # type: ignore[operator]
-
-    def parse(self, line: str) -> LogRecord | None:
-        """The record of one line, or None when the line does not match the format."""
-        match = self._pattern.match(line)
-        if match is None:
-            return None
-        values = dict(zip(self._fields, match.groups(), strict=True))
-        split = split_request(values.get("request") or "")
-        if split is None:
-            return None
-        method, target = split
-        timestamp = parse_log_time(values["time"]) if "time" in values else 0.0
-        if timestamp is None:
-            return None
-        size = values.get("bytes")
-        return LogRecord(
-            host=values.get("host", "-"),
-            timestamp=timestamp,
-            method=method,
-            target=target,
-            status=int(values.get("status") or 0),
-            bytes_sent=int(size) if size and size != "-" else 0,
-            referer=_unescape(values.get("referer", "")),
-            user_agent=_unescape(values.get("user_agent", "")),
-            duration_s=_duration(values),
-            user=_unescape(values.get("user", "")),
-        )
-
-    def field_rows(self, text: str) -> list[FieldRow]:
-        """(request line, status, bytes, user agent, time) of every well-formed line of ``text``, as text.
-
-        The fast path for tools that read millions of lines and need only these (``simulate``): one
-        regex scan over a whole block of lines, the fields cut out in C, no object per line. Fields the
-        format lacks are "". Lines that do not match are left out; the caller counts them. User agents
-        keep their escapes (``\\"``); split the request line with ``split_request``.
-        """
-        indices = self._fast_indices
-        if indices:
-            return [match.group(*indices) for match in self._block_pattern.finditer(text)]  # type: ignore[misc]
-        return [self._slow_fields(match) for match in self._block_pattern.finditer(text)]
-
-    def _slow_fields(self, match: re.Match[str]) -> FieldRow:
-        groups = match.groups()
-        return tuple(  # type: ignore[return-value]
-            (groups[index] or "") if index is not None else ""
-            for index in (self._request, self._status, self._bytes, self._user_agent, self._time)
-        )
+def make_format(spec: str, sample: list[str] | None = None) -> AccessLogFormat:
+    """A format from ``--format``: ``auto`` (detected from ``sample``), ``json[:FIELD=NAME,...]``,
+    ``w3c[:FIELDS]``, a preset name, a detected layout's spec, or an Apache LogFormat / nginx log_format string."""
+    lines = sample or []
+    if spec == AUTO:
+        detected = detect_format(lines)
+        if detected is None:
+            raise ConfigError(_not_a_log(lines))
+        return detected
+    if spec == "json" or spec.startswith("json:"):
+        first = next((line for line in lines if line.startswith("{")), None)
+        return JsonFormat.from_spec(spec, first)
+    if spec == "w3c":
+        detected_w3c = W3cFormat.detect(lines)
+        if detected_w3c is None:
+            raise ConfigError("No '#Fields:' line at the start of the log: give them, --format 'w3c:date time ...'.")
+        return detected_w3c
+    if spec.startswith("w3c:"):
+        return W3cFormat.from_spec(spec)
+    return LogFormat(spec)
 
 
-def split_request(request: str) -> tuple[str, str] | None:
-    """``GET /path?q HTTP/1.1`` to (method, target); None when it is not a request line."""
-    method, _, rest = request.partition(" ")
-    target, _, protocol = rest.rpartition(" ")
-    if not protocol.startswith("HTTP/"):
-        target = rest
-    if not method or not target:
+def detect_format(lines: list[str]) -> AccessLogFormat | None:
+    """The format the sample lines are written in, or None when no line reads as a request in any."""
+    lines = [line.rstrip("\r\n") for line in lines if line.strip()]
+    if not lines:
         return None
-    return method, target
+    if any(line.startswith("#") for line in lines[:10]):
+        w3c = W3cFormat.detect(lines)
+        if w3c is not None:
+            return w3c
+    if lines[0].startswith("{"):
+        for line in lines[:10]:
+            found = JsonFormat.detect(line)
+            if found is not None:
+                return found
+        return None
+    return _detect_text(lines)
+
+
+def _detect_text(lines: list[str]) -> LogFormat | None:
+    # Most specific first: a common layout with trailing fields also reads every combined line.
+    matches: list[tuple[TextLayout, list[str]]] = []
+    for base in ("combined", "common"):
+        for vhost in (False, True):
+            layout = TextLayout(base, vhost, 0)
+            candidate = LogFormat(layout.spec)
+            matches.append((layout, [tail for tail in map(candidate.tail_of, lines) if tail is not None]))
+    most = max(len(tails) for _, tails in matches)
+    if most == 0:
+        return None
+    layout, tails = next((layout, tails) for layout, tails in matches if len(tails) >= most / 2)
+    rows = [tail_tokens(tail) for tail in tails]
+    extra = max(len(row) for row in rows)
+    field, unit = _duration_field(rows, extra)
+    return LogFormat(TextLayout(layout.base, layout.vhost, extra, field, unit).spec)
+
+
+def _duration_field(rows: list[list[tuple[str, bool]]], extra: int) -> tuple[int | None, str]:
+    """Which trailing field holds the response time: the first that is a number in nearly every line.
+
+    A decimal point means seconds (nginx $request_time); integers mean microseconds (Apache %D), unless
+    none reaches 100, which is Apache's %T in seconds.
+    """
+    for position in range(extra):
+        values = [time_value(row[position][0]) for row in rows if position < len(row)]
+        numbers = [value for value in values if value is not None]
+        if len(numbers) < _DURATION_SHARE * len(rows):
+            continue
+        if any("." in number for number in numbers):
+            return position, "s"
+        return position, ("s" if max(int(number) for number in numbers) < 100 else "us")
+    return None, "s"
+
+
+def _not_a_log(lines: list[str]) -> str:
+    first = next((line.strip() for line in lines if line.strip()), "")
+    shown = (first[:100] + "…") if len(first) > 100 else first
+    looked = f"its first line is {shown!r}" if first else "it has no text line"
+    return (
+        f"no line reads as an access log ({looked}). Read are: {_FORMATS_READ}. For another layout give "
+        "--format with its Apache LogFormat or nginx log_format string, e.g. --format '%h %l %u %t \"%r\" %>s %b'."
+    )
 
 
 class LogReader:
@@ -192,41 +151,107 @@ class LogReader:
 
     Parameters:
         path: the log file.
-        log_format: a LogFormat, a preset name or a format string; ``auto`` by default.
+        log_format: a format object, or a spec for ``make_format`` (``auto``, the default, detects it).
         on_progress: called now and then with (bytes read, total bytes) of the file on disk.
     """
 
     def __init__(
         self,
         path: str | Path,
-        log_format: LogFormat | str = AUTO,
+        log_format: AccessLogFormat | str = AUTO,
         on_progress: Callable[[int, int], None] | None = None,
     ) -> None:
         self.path = Path(path)
-        self.format = log_format if isinstance(log_format, LogFormat) else LogFormat(log_format)
+        self._format = log_format if not isinstance(log_format, str) else None
+        self._spec = log_format if isinstance(log_format, str) else log_format.spec
         self.lines = 0
         self.malformed = 0
+        self.records = 0
+        # The first malformed line: (line number, text).
+        self.malformed_example: tuple[int, str] | None = None
         # Why reading stopped early (a damaged gzip file), or None.
         self.truncated: str | None = None
         self._on_progress = on_progress
 
+    @property
+    def format(self) -> AccessLogFormat:
+        """The log's format, detected from the first lines of the file on first use."""
+        if self._format is None:
+            sample = self._sample()
+            try:
+                self._format = make_format(self._spec, sample)
+            except ConfigError as exc:
+                if not sample:
+                    raise ConfigError(f"Log file '{self.path}' is empty.") from None
+                raise ConfigError(f"Log file '{self.path}': {exc}") from None
+        return self._format
+
     def __iter__(self) -> Iterator[LogRecord]:
         return self._parsed(self.format.parse)
 
+    def warnings(self) -> list[str]:
+        """Sentences about what went wrong while reading, for the end of a command's output."""
+        found = []
+        if self.truncated:
+            found.append(f"the log ends early: {self.truncated}")
+        if self.lines and self.malformed > MALFORMED_WARNING_SHARE * self.lines:
+            example = ""
+            if self.malformed_example is not None:
+                number, text = self.malformed_example
+                example = f"; e.g. line {number:,}: {text[:120]!r}"
+            found.append(
+                f"{self.malformed:,} of {self.lines:,} lines ({self.malformed / self.lines:.1%}) did not read as "
+                f"{self.format.description}{example}. Another --format may read them."
+            )
+        return found
+
+    def require_requests(self) -> None:
+        """Raise ConfigError when the whole file gave not one request (a log of another layout)."""
+        if self.records == 0 and self.truncated is None:
+            example = ""
+            if self.malformed_example is not None:
+                example = f" (line {self.malformed_example[0]:,}: {self.malformed_example[1][:100]!r})"
+            raise ConfigError(
+                f"Log file '{self.path}': none of its {self.lines:,} lines read as {self.format.description}"
+                f"{example}. Try --format auto, or the server's LogFormat string."
+            )
+
     def field_rows(self, start: int = 0, end: int | None = None) -> Iterator[list[FieldRow]]:
-        """The log as lists of ``LogFormat.field_rows`` tuples, one list per block of lines.
+        """The log as lists of ``field_rows`` tuples of its format, one list per block of lines.
 
         ``start``/``end`` read only the lines that begin within those byte offsets of a plain
         (not gzipped) file, so several processes can share one log.
         """
-        field_rows = self.format.field_rows
+        log_format = self.format
         for block in self._blocks(start, end):
-            rows = field_rows(block)
+            rows = log_format.field_rows(block)
             lines = block.count("\n") + (not block.endswith("\n"))
+            bad = lines - len(rows) - log_format.ignored_lines(block)
+            if bad > 0:
+                self.malformed += bad
+                if self.malformed_example is None:
+                    self._find_example(block, self.lines)
             self.lines += lines
-            if len(rows) != lines:
-                self.malformed += lines - len(rows) - _blank_lines(block)
+            self.records += len(rows)
             yield rows
+
+    def _find_example(self, block: str, lines_before: int) -> None:
+        for number, line in enumerate(block.splitlines(), start=lines_before + 1):
+            if line.strip() and not line.startswith("#") and self.format.parse(line) is None:
+                self.malformed_example = (number, line)
+                return
+
+    def _sample(self) -> list[str]:
+        data = b""
+        with contextlib.suppress(EOFError, gzip.BadGzipFile, OSError), self._open() as (_, stream, _total):
+            # In small reads: a damaged gzip stream still gives what came before the damage.
+            while len(data) < SAMPLE_BYTES and (chunk := stream.read(16384)):
+                data += chunk
+            data = data[:SAMPLE_BYTES]
+        lines = data.decode("utf-8", "replace").splitlines()
+        if len(data) == SAMPLE_BYTES and len(lines) > 1:
+            lines.pop()  # cut off in the middle
+        return lines[:SAMPLE_LINES]
 
     def _blocks(self, start: int = 0, end: int | None = None) -> Iterator[str]:
         """The log as text blocks of whole lines (about 4 MB each)."""
@@ -297,11 +322,15 @@ class LogReader:
             try:
                 for line in stream:
                     self.lines += 1
-                    record = parse(line.decode("utf-8", "replace").rstrip("\r\n"))
+                    text = line.decode("utf-8", "replace").rstrip("\r\n")
+                    record = parse(text)
                     if record is None:
-                        if line.strip():
+                        if text.strip() and not text.startswith("#"):
                             self.malformed += 1
+                            if self.malformed_example is None:
+                                self.malformed_example = (self.lines, text)
                         continue
+                    self.records += 1
                     if progress is not None and self.lines % 65536 == 0:
                         progress(raw.tell(), total)
                     yield record
@@ -313,77 +342,6 @@ class LogReader:
                 progress(total, total)
 
 
-def _blank_lines(block: str) -> int:
-    # Empty lines only: a line of spaces counts as malformed, which is cheaper to tell and rare.
-    return block.count("\n\n") + block.startswith("\n")
-
-
-def iter_records(path: str | Path, log_format: LogFormat | str = AUTO) -> Iterator[LogRecord]:
+def iter_records(path: str | Path, log_format: AccessLogFormat | str = AUTO) -> Iterator[LogRecord]:
     """Records of a log file; see LogReader for the malformed-line count."""
     return iter(LogReader(path, log_format))
-
-
-_LINE_END = r"\s*$"
-
-
-def _compile_format(text: str, tail: str = "") -> tuple[re.Pattern[str], list[str]]:
-    fields: list[str] = []
-    parts: list[str] = []
-    position = 0
-    for match in _DIRECTIVE.finditer(text):
-        parts.append(re.escape(text[position : match.start()]))
-        directive = match.group()
-        if directive not in _FIELDS:
-            quoted = directive.startswith('"')
-            parts.append(_QUOTED if quoted else r"\S+")
-            if quoted:
-                fields.append("ignored")
-        else:
-            regex, name = _FIELDS[directive]
-            parts.append(regex)
-            if name is not None:
-                fields.append(name)
-        position = match.end()
-    parts.append(re.escape(text[position:]))
-    if "request" not in fields:
-        raise ConfigError(f"Log format {text!r} has no request field (%r or $request); cannot read paths from it.")
-    return re.compile("".join(parts) + tail + _LINE_END), fields
-
-
-@functools.lru_cache(maxsize=4096)
-def parse_log_time(text: str) -> float | None:
-    """Apache/nginx time, e.g. ``10/Oct/2000:13:55:36 -0700``, to a Unix timestamp; memoised, as lines share seconds."""
-    try:
-        day, month, rest = text.split("/", 2)
-        zone = rest[14:].strip() or "+0000"
-        offset = (-1 if zone[0] == "-" else 1) * timedelta(hours=int(zone[1:3]), minutes=int(zone[3:5]))
-        moment = datetime(
-            int(rest[0:4]),
-            _MONTHS[month],
-            int(day),
-            int(rest[5:7]),
-            int(rest[8:10]),
-            int(rest[11:13]),
-            tzinfo=timezone(offset),
-        )
-    except (ValueError, KeyError, IndexError):
-        return None
-    return moment.timestamp()
-
-
-def _duration(values: dict[str, str]) -> float | None:
-    if "micros" in values:
-        return int(values["micros"]) / 1_000_000
-    seconds = values.get("seconds")
-    if seconds is not None and seconds != "-":
-        return float(seconds)
-    auto = values.get("auto_duration")
-    if auto:
-        return float(auto) if "." in auto else int(auto) / 1_000_000
-    return None
-
-
-def _unescape(text: str) -> str:
-    if text == "-":
-        return ""
-    return text.replace('\\"', '"') if "\\" in text else text

@@ -39,12 +39,16 @@ from typing import Any
 from crawlergate.classify import Classifier
 from crawlergate.errors import ConfigError
 from crawlergate.keys import KeyMaker
-from crawlergate.logparse import LogFormat, LogReader, parse_log_time, split_request
+from crawlergate.logparse import LogReader, split_request
 
 POLICIES = ("lru", "lru+human", "clock", "random", "static", "min", "infinite")
 # Bumped when the cached trace's layout changes, so old files are ignored.
-TRACE_VERSION = 3
+TRACE_VERSION = 4
+# Statuses the gate stores (crawlergate.storable): what simulate lets into the cache.
+STORED_STATUSES = frozenset({"200", "301", "308", "404", "410"})
 _NEVER = 1 << 62
+# Below this hit ratio of an unlimited cache, no L1 size is worth recommending.
+HOPELESS_HIT_RATIO = 0.05
 
 
 @dataclass(slots=True)
@@ -58,6 +62,9 @@ class Trace:
     targets: list[str]  # the page of each page number
     lines: int
     malformed: int
+    # How the log was read ("nginx/Apache combined + 1 extra field ..."), and its first malformed line.
+    format_description: str = ""
+    malformed_example: str = ""
     # The crawler requests alone, made once for the many policy runs that need only them.
     _crawler_only: array[int] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -82,6 +89,15 @@ class Trace:
     @property
     def total_bytes(self) -> int:
         return sum(self.sizes)
+
+    @property
+    def days(self) -> int:
+        return len({day for _, day in self.day_runs})
+
+    def largest_page(self, item_max_bytes: int | None = None) -> int:
+        """The largest page that fits L1's item limit: no useful L1 is smaller."""
+        fitting = [size for size in self.sizes if item_max_bytes is None or size <= item_max_bytes]
+        return max(fitting, default=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +168,7 @@ def parse_trace(
     byte ranges parsed by ``workers`` processes (default: one per core); a gzipped one is read in one.
     """
     size = path.stat().st_size
+    log_format = LogReader(path, log_format).format.spec  # detected once, from the start of the file
     workers = workers or os.cpu_count() or 1
     with path.open("rb") as handle:
         compressed = handle.read(2) == b"\x1f\x8b"
@@ -188,6 +205,8 @@ class _Part:
     day_runs: list[tuple[int, int]]
     lines: int
     malformed: int
+    format_description: str
+    malformed_example: str
 
 
 def _parse_forked(path: Path, log_format: str, start: int, end: int) -> _Part:
@@ -204,7 +223,8 @@ def _parse_part(
     end: int | None,
     on_progress: Callable[[int, int], None] | None,
 ) -> _Part:
-    reader = LogReader(path, LogFormat(log_format), on_progress=on_progress)
+    reader = LogReader(path, log_format, on_progress=on_progress)
+    day_of = reader.format.day_of
     # Per-run memos: a log repeats its request lines and user agents, so each is handled once.
     page_of: dict[str, int | None] = {}
     is_crawler: dict[str, int] = {}
@@ -213,33 +233,42 @@ def _parse_part(
     day_runs: list[tuple[int, int]] = []
     crawler = bytearray()
     targets: list[str] = []
-    last_when, last_date, last_day = "", "", -1
+    last_when, last_day = "", -1
     add_page, add_class = pages.append, crawler.append
     for rows in reader.field_rows(start or 0, end):
         for request, status, size, user_agent, when in rows:
-            if status != "200":
+            if status not in STORED_STATUSES:
                 continue
             number = page_of.get(request, -1)
             if number == -1:
                 number = page_of[request] = _page_number(request, size, keys, numbers, targets, sizes)
             if number is None:
                 continue
-            # Only the date ("10/Oct/2000") decides the day: look at it when the time changes, parse it when it does.
+            # Lines share their time with the line before more often than not: the day is read when it changes.
             if when != last_when:
                 last_when = when
-                if when[:11] != last_date:
-                    stamp = parse_log_time(when[:11] + ":12:00:00 +0000") if when else 0.0
-                    last_date, day = when[:11], int((stamp or 0.0) // 86_400)
-                    if day != last_day or not day_runs:
-                        day_runs.append((len(pages), day))
-                        last_day = day
+                day = day_of(when) or 0
+                if day != last_day or not day_runs:
+                    day_runs.append((len(pages), day))
+                    last_day = day
             bit = is_crawler.get(user_agent)
             if bit is None:
                 agent = user_agent.replace('\\"', '"') if "\\" in user_agent else user_agent
                 bit = is_crawler[user_agent] = 1 if classifier.classify(agent).is_crawler else 0
             add_page(number)
             add_class(bit)
-    return _Part(targets, sizes, pages, crawler, day_runs, reader.lines, reader.malformed)
+    example = reader.malformed_example
+    return _Part(
+        targets,
+        sizes,
+        pages,
+        crawler,
+        day_runs,
+        reader.lines,
+        reader.malformed,
+        reader.format.description,
+        f"line {example[0]:,}: {example[1][:120]!r}" if example else "",
+    )
 
 
 def _page_number(
@@ -287,34 +316,58 @@ def _merge(parts: list[_Part]) -> Trace:
             pages.extend(array("I", map(remap.__getitem__, part.pages)))
         crawler.extend(part.crawler)
         part.pages = array("I")  # let it go before the next part grows the merged arrays
-    return Trace(pages, crawler, day_runs, sizes, targets, sum(p.lines for p in parts), sum(p.malformed for p in parts))
+    return Trace(
+        pages,
+        crawler,
+        day_runs,
+        sizes,
+        targets,
+        sum(p.lines for p in parts),
+        sum(p.malformed for p in parts),
+        parts[0].format_description if parts else "",
+        next((p.malformed_example for p in parts if p.malformed_example), ""),
+    )
 
 
-def simulate(trace: Trace, policy: str, size_bytes: int, *, seed: int = 2012) -> PolicyResult:
-    """Run one policy with an L1 of ``size_bytes`` over the trace."""
+def simulate(
+    trace: Trace, policy: str, size_bytes: int, *, item_max_bytes: int | None = None, seed: int = 2012
+) -> PolicyResult:
+    """Run one policy with an L1 of ``size_bytes`` over the trace.
+
+    Pages larger than ``item_max_bytes`` never enter L1, as in the gate (memcached's item limit).
+    """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    sizes = _admitted_sizes(trace.sizes, size_bytes, item_max_bytes)
     if policy == "lru":
-        hits, lookups = _lru(trace.crawler_pages(), None, trace.sizes, size_bytes)
+        hits, lookups = _lru(trace.crawler_pages(), None, sizes, size_bytes)
     elif policy == "lru+human":
-        hits, lookups = _lru(trace.pages, trace.crawler, trace.sizes, size_bytes)
+        hits, lookups = _lru(trace.pages, trace.crawler, sizes, size_bytes)
     elif policy == "clock":
-        hits, lookups = _clock(trace.crawler_pages(), trace.sizes, size_bytes)
+        hits, lookups = _clock(trace.crawler_pages(), sizes, size_bytes)
     elif policy == "random":
-        hits, lookups = _random(trace.crawler_pages(), trace.sizes, size_bytes, random.Random(seed))
+        hits, lookups = _random(trace.crawler_pages(), sizes, size_bytes, random.Random(seed))
     elif policy == "static":
-        hits, lookups = _static(trace, size_bytes)
+        hits, lookups = _static(trace, sizes, size_bytes)
     elif policy == "min":
-        hits, lookups = _belady(trace.pages, trace.crawler, trace.sizes, size_bytes)
+        hits, lookups = _belady(trace.pages, trace.crawler, sizes, size_bytes)
     else:
         hits, lookups = _infinite(trace.pages, trace.crawler)
     return PolicyResult(policy, size_bytes, hits, lookups)
 
 
-def size_sweep(trace: Trace, points: int) -> list[int]:
-    """``points`` L1 sizes spaced evenly on a log scale, from 0.5 % to 100 % of all pages' bytes."""
+def _admitted_sizes(sizes: array[int], capacity: int, item_max_bytes: int | None) -> array[int]:
+    """Page sizes with those over the item limit made larger than the cache, so no policy admits them."""
+    if item_max_bytes is None or item_max_bytes >= capacity or all(size <= item_max_bytes for size in sizes):
+        return sizes
+    too_big = capacity + 1
+    return array("Q", (size if size <= item_max_bytes else too_big for size in sizes))
+
+
+def size_sweep(trace: Trace, points: int, *, floor_bytes: int = 1) -> list[int]:
+    """``points`` L1 sizes on a log scale, from 0.5 % (at least ``floor_bytes``) to 100 % of all pages' bytes."""
     total = max(trace.total_bytes, 1)
-    low = max(total * 0.005, 1.0)
+    low = min(max(total * 0.005, float(floor_bytes), 1.0), float(total))
     if points <= 1:
         return [total]
     return [int(low * (total / low) ** (index / (points - 1))) for index in range(points)]
@@ -406,9 +459,9 @@ def _random(pages: array[int], sizes: array[int], capacity: int, rng: random.Ran
     return hits, len(pages)
 
 
-def _static(trace: Trace, capacity: int) -> tuple[int, int]:
+def _static(trace: Trace, sizes: array[int], capacity: int) -> tuple[int, int]:
     by_day: dict[int, Counter[int]] = {}
-    ends = [start for start, _ in trace.day_runs[1:]] + [len(trace.pages)]
+    ends = [start for start, _ in trace.day_runs[1:]] + ([len(trace.pages)] if trace.day_runs else [])
     for (start, day), end in zip(trace.day_runs, ends, strict=True):
         counts = by_day.setdefault(day, Counter())
         requests = zip(trace.pages[start:end], trace.crawler[start:end], strict=True)
@@ -418,9 +471,9 @@ def _static(trace: Trace, capacity: int) -> tuple[int, int]:
         chosen: set[int] = set()
         used = 0
         for page, _ in (by_day.get(day - 1) or Counter()).most_common():
-            if used + trace.sizes[page] <= capacity:
+            if used + sizes[page] <= capacity:
                 chosen.add(page)
-                used += trace.sizes[page]
+                used += sizes[page]
         lookups += sum(counts.values())
         hits += sum(count for page, count in counts.items() if page in chosen)
     return hits, lookups
@@ -503,6 +556,16 @@ class SimulationReport:
     curve: list[PolicyResult]
     recommended_l1_bytes: int | None
     basis: str = "lru+human"  # the policy whose curve the recommendation comes from
+    # The hit ratio of an unlimited, clairvoyant cache: below HOPELESS_HIT_RATIO caching does not help.
+    unlimited_hit_ratio: float = 0.0
+
+    def result_applies(self, result: PolicyResult) -> bool:
+        """False for ``static`` on a log of one day: it fills each day from the day before."""
+        return result.policy != "static" or self.trace.days > 1
+
+    @property
+    def caching_helps(self) -> bool:
+        return self.unlimited_hit_ratio >= HOPELESS_HIT_RATIO
 
     def as_json(self) -> dict[str, object]:
         trace = self.trace
@@ -513,9 +576,12 @@ class SimulationReport:
             "total_page_bytes": trace.total_bytes,
             "lines": trace.lines,
             "malformed": trace.malformed,
-            "results": [_result_json(result) for result in self.results],
-            "curve": [_result_json(result) for result in self.curve],
-            "recommended_l1_bytes": self.recommended_l1_bytes,
+            "read_as": trace.format_description,
+            "results": [_result_json(result, self.result_applies(result)) for result in self.results],
+            "curve": [_result_json(result, self.result_applies(result)) for result in self.curve],
+            "recommended_l1_bytes": self.recommended_l1_bytes if self.caching_helps else None,
+            "unlimited_hit_ratio": round(self.unlimited_hit_ratio, 6),
+            "caching_helps": self.caching_helps,
         }
 
 
@@ -527,13 +593,31 @@ def default_sizes(trace: Trace) -> list[int]:
     return [max(1, int(total * share)) for share in (0.10, 0.25, 0.50)]
 
 
-def run_simulation(trace: Trace, sizes: Sequence[int], policies: Sequence[str], curve_points: int) -> SimulationReport:
-    """The table for ``sizes``, a size sweep for the curves, and the knee of the lru+human curve."""
-    results = [simulate(trace, policy, size) for size in sizes for policy in policies]
-    curve = [simulate(trace, policy, size) for size in size_sweep(trace, curve_points) for policy in policies]
+def run_simulation(
+    trace: Trace,
+    sizes: Sequence[int],
+    policies: Sequence[str],
+    curve_points: int,
+    *,
+    item_max_bytes: int | None = None,
+) -> SimulationReport:
+    """The table for ``sizes``, a size sweep for the curves, and the knee of the lru+human curve.
+
+    The recommendation is never smaller than the largest page L1 admits.
+    """
+
+    def run(policy: str, size: int) -> PolicyResult:
+        return simulate(trace, policy, size, item_max_bytes=item_max_bytes)
+
+    results = [run(policy, size) for size in sizes for policy in policies]
+    sweep = size_sweep(trace, curve_points, floor_bytes=trace.largest_page(item_max_bytes))
+    curve = [run(policy, size) for size in sweep for policy in policies]
     basis = "lru+human" if "lru+human" in policies else (policies[0] if policies else "lru")
     recommended = knee([(result.size_bytes, result.hit_ratio) for result in curve if result.policy == basis])
-    return SimulationReport(trace, results, curve, recommended, basis)
+    if recommended is not None:
+        recommended = max(recommended, trace.largest_page(item_max_bytes), 1)
+    unlimited = simulate(trace, "infinite", 0).hit_ratio
+    return SimulationReport(trace, results, curve, recommended, basis, unlimited)
 
 
 def format_report(report: SimulationReport, policies: Sequence[str]) -> str:
@@ -546,12 +630,24 @@ def format_report(report: SimulationReport, policies: Sequence[str]) -> str:
         f"{'L1 size':>10}" + "".join(f"{policy:>11}" for policy in policies),
     ]
     for size in dict.fromkeys(result.size_bytes for result in report.results):
-        row = {result.policy: result.hit_ratio for result in report.results if result.size_bytes == size}
-        lines.append(f"{_size(size):>10}" + "".join(f"{row[policy]:>11.2%}" for policy in policies))
-    if report.recommended_l1_bytes is not None:
+        cells = [_ratio(report, result) for result in report.results if result.size_bytes == size]
+        lines.append(f"{_size(size):>10}" + "".join(f"{cell:>11}" for cell in cells))
+    if trace.days < 2 and "static" in policies:
+        lines += ["", "static: n/a (it fills each day with the day before's top pages, and this log has one day)"]
+    if not report.caching_helps:
+        lines += [
+            "",
+            f"caching will not help this log: even an unlimited cache would answer {report.unlimited_hit_ratio:.1%} "
+            "of crawler requests (crawlers rarely ask for a page twice here)",
+        ]
+    elif report.recommended_l1_bytes is not None:
         knee_of = f"the knee of the {report.basis} curve"
         lines += ["", f"recommended L1 size: {_size(report.recommended_l1_bytes)} ({knee_of})"]
     return "\n".join(lines)
+
+
+def _ratio(report: SimulationReport, result: PolicyResult) -> str:
+    return f"{result.hit_ratio:.2%}" if report.result_applies(result) else "n/a"
 
 
 def report_html(report: SimulationReport, policies: Sequence[str]) -> str:
@@ -562,9 +658,8 @@ def report_html(report: SimulationReport, policies: Sequence[str]) -> str:
     }
     rows = []
     for size in dict.fromkeys(result.size_bytes for result in report.results):
-        row = {result.policy: result.hit_ratio for result in report.results if result.size_bytes == size}
-        rows.append([_size(size), *(f"{row[policy]:.2%}" for policy in policies)])
-    recommended = _size(report.recommended_l1_bytes) if report.recommended_l1_bytes else "n/a"
+        rows.append([_size(size), *(_ratio(report, r) for r in report.results if r.size_bytes == size)])
+    recommended = _size(report.recommended_l1_bytes) if report.recommended_l1_bytes and report.caching_helps else "n/a"
     return html_page(
         "crawlergate simulate",
         [
@@ -577,11 +672,13 @@ def report_html(report: SimulationReport, policies: Sequence[str]) -> str:
     )
 
 
-def _result_json(result: PolicyResult) -> dict[str, object]:
+def _result_json(result: PolicyResult, applies: bool = True) -> dict[str, object]:
     return {
         "policy": result.policy,
         "size_bytes": result.size_bytes,
         "hit_ratio": round(result.hit_ratio, 6),
+        # False: the policy cannot run on this log (static on a log of one day); its ratio means nothing.
+        "applies": applies,
         "hits": result.hits,
         "lookups": result.lookups,
     }

@@ -130,7 +130,7 @@ def test_parse_trace_keeps_cacheable_pages_and_counts_malformed(tmp_path: Path, 
         + "garbage that is not a log line\n\n"
         + _line(FIREFOX, "/t/1")
         + _line(GOOGLEBOT, "/style.css")
-        + _line(GOOGLEBOT, "/t/2", status=404)
+        + _line(GOOGLEBOT, "/t/2", status=500)
         + _line(GOOGLEBOT, "/t/2", method="POST")
         + _line(GOOGLEBOT, "/t/3", size=5000)
         + _line(GOOGLEBOT, "/t/3", size=9000)
@@ -142,6 +142,13 @@ def test_parse_trace_keeps_cacheable_pages_and_counts_malformed(tmp_path: Path, 
     assert list(trace.crawler) == [1, 0, 1, 1]
     assert list(trace.sizes) == [1000, 5000]
     assert (trace.lines, trace.malformed) == (10, 2)
+
+
+def test_parse_trace_admits_the_statuses_the_gate_stores(tmp_path: Path, parsing) -> None:
+    log = tmp_path / "access.log"
+    statuses = [200, 301, 302, 304, 308, 403, 404, 410, 500, 503]
+    log.write_text("".join(_line(GOOGLEBOT, f"/s/{status}", status=status) for status in statuses))
+    assert parse_trace(log, *parsing).targets == ["/s/200", "/s/301", "/s/308", "/s/404", "/s/410"]
 
 
 def test_load_trace_reuses_the_cached_form(tmp_path: Path, parsing) -> None:
