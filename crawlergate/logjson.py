@@ -22,7 +22,7 @@ from crawlergate.logtext import parse_log_time
 # Names per field, in the order they are tried. Caddy: request.* and ts/duration/size/status;
 # nginx: its variable names; Traefik: its CamelCase names with request_<Header> for headers.
 FIELD_NAMES: dict[str, tuple[str, ...]] = {
-    "time": ("ts", "time_iso8601", "@timestamp", "timestamp", "time", "StartUTC", "StartLocal", "time_local", "msec"),
+    "time": ("ts", "time_iso8601", "StartUTC", "@timestamp", "timestamp", "time", "StartLocal", "time_local", "msec"),
     "request": ("request",),  # a whole request line, nginx's $request
     "method": ("request.method", "request_method", "method", "RequestMethod", "verb"),
     "target": ("request.uri", "request_uri", "uri", "RequestPath", "path", "url"),
@@ -58,7 +58,7 @@ class JsonFormat:
             raise ConfigError(f"A JSON log format needs {wanted}; map them, e.g. --format 'json:time=@timestamp'.")
         self.spec = "json:" + ",".join(f"{field}={name}" for field, name in sorted(self.names.items()))
         self.has_duration = "duration" in self.names
-        self.description = "JSON lines (" + ", ".join(f"{f}: {n}" for f, n in self.names.items()) + ")"
+        self.description = f"JSON lines ({_flavour(self.names)}, {len(self.names)} fields known)"
 
     @classmethod
     def from_spec(cls, spec: str, sample: str | None = None) -> JsonFormat:
@@ -117,7 +117,7 @@ class JsonFormat:
             referer=_text(self._get(data, "referer")),
             user_agent=agent,
             duration_s=self._duration(data),
-            user=_text(self._get(data, "user")),
+            user=_text(self._get(data, "user")).strip("-"),
         )
 
     def field_rows(self, text: str) -> list[FieldRow]:
@@ -172,6 +172,14 @@ class JsonFormat:
         except ValueError:
             return None
         return seconds / 1e9 if self.names.get("duration") in _NANOSECOND_DURATIONS else seconds
+
+
+def _flavour(names: Mapping[str, str]) -> str:
+    if names.get("target") == "request.uri":
+        return "Caddy"
+    if names.get("target") == "RequestPath":
+        return "Traefik"
+    return "nginx-style names" if "request" in names or "request_uri" in names.values() else "field names mapped"
 
 
 def _lookup(data: Any, path: tuple[str, ...]) -> Any:

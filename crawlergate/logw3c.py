@@ -133,8 +133,9 @@ class W3cFormat:
 
 
 def _decoded(text: str) -> str:
-    # IIS writes spaces as '+'; CloudFront percent-encodes (a literal '+' arrives as %2B).
-    text = text.replace("+", " ")
+    # IIS writes spaces as '+' and a '+' as itself, so "; +http" arrives as ";++http"; CloudFront
+    # percent-encodes (a literal '+' arrives as %2B).
+    text = text.replace("++", " \x00").replace("+", " ").replace("\x00", "+")
     return unquote(text) if "%" in text else text
 
 
