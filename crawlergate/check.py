@@ -41,6 +41,7 @@ class CheckReport:
     reasons: list[tuple[str, str]] = field(default_factory=list)
     set_aside: list[str] = field(default_factory=list)
     kept_headers: list[str] = field(default_factory=list)
+    public_url_guessed: bool = False
 
     @property
     def stored(self) -> bool:
@@ -61,12 +62,17 @@ class CheckReport:
             "stored": self.stored,
             "ttl_seconds": self.ttl_seconds,
             "reasons": [{"reason": label, "detail": detail} for label, detail in self.reasons],
-            "stored_despite": self.set_aside,
+            "stored_despite": self.set_aside if self.stored else [],
             "kept_headers": self.kept_headers,
         }
 
     def text(self) -> str:
         lines = [f"fetched {self.fetched} as a guest of {self.public}"]
+        if self.public_url_guessed:
+            lines.append(
+                f"note: no --public-url (server.public_url): fills ask as guests of {self.public}; give the address "
+                "crawlers use, as serve needs it too"
+            )
         if self.status is not None:
             gzip_note = f", the site's gzip {self.site_gzip_bytes:,} bytes" if self.site_gzip_bytes is not None else ""
             lines.append(
@@ -79,7 +85,7 @@ class CheckReport:
         else:
             lines.append(f"stored:  no (storage mode {self.storage_mode})")
             lines += [f"  {label}: {detail}" for label, detail in self.reasons]
-        if self.set_aside:
+        if self.set_aside and self.stored:
             lines.append("stored despite (a stored page only ever answers requests without a session):")
             lines += [f"  {item}" for item in self.set_aside]
         if self.kept_headers:
@@ -110,6 +116,7 @@ async def check_page(settings: Settings, url: str) -> CheckReport:
         public=public,
         key=key.target if key is not None else None,
         storage_mode=settings.cache.storage_mode,
+        public_url_guessed=not settings.server.public_url,
     )
     if key is None:
         report.reasons.append(("excluded", keys.why_not_cacheable(raw_path, query)))

@@ -200,7 +200,7 @@ class GateCore:
         verdict = self.storage.judge(response, key.target, now=now)
         if verdict.storable:
             return self.storage.page(response, verdict, now=now)
-        for label, _ in verdict.reasons:
+        for label in dict.fromkeys(label for label, _ in verdict.reasons):
             self.metrics.count_not_stored(label)
         return Unstored(response, verdict)
 

@@ -12,12 +12,13 @@ matches its key. The digest names the page in L1 and L2; no path on disk is ever
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, quote, unquote_to_bytes
+from urllib.parse import parse_qsl, quote, unquote, unquote_to_bytes
 
 from crawlergate.config import Settings
 from crawlergate.rules import CacheRules, SiteProfile, load_cache_rules, load_site_profiles, resolve_rule_files
@@ -76,9 +77,17 @@ class KeyMaker:
         if self.rules.include.match(path) is None:
             return "the path matches no [paths] include pattern of the cache rules"
         if self.rules.exclude is not None and self.rules.exclude.match(path) is not None:
-            return "the path matches a [paths] exclude pattern of the cache rules or a site profile"
+            pattern = next((p for p in self.rules.exclude_patterns if fnmatch.fnmatchcase(path, p)), "")
+            return f"the path matches the exclude pattern {pattern!r} (cache rules or a site profile)"
         if path.lower().endswith(self.rules.static_extensions):
             return "the path ends in a static file extension ([paths] static_extensions)"
+        query = self.normalise_query(path, query_string)
+        for pattern in (p[1:] for p in self.rules.exclude_patterns if p.startswith("?")):
+            glob = pattern if "=" in pattern else pattern + "=*"
+            for pair in query.split("&") if query else ():
+                name, _, value = pair.partition("=")
+                if fnmatch.fnmatch(f"{unquote(name)}={unquote(value)}".lower(), glob.lower()):
+                    return f"the query parameter {unquote(name)!r} matches the [query] exclude pattern {pattern!r}"
         return ""
 
     def key_for(self, raw_path: bytes, query_string: bytes = b"") -> CacheKey | None:
@@ -92,6 +101,8 @@ class KeyMaker:
         if path is None or not self.is_cacheable_path(path):
             return None
         query = self.normalise_query(path, query_string)
+        if query and self.rules.exclude_params is not None and self._excluded_query(query):
+            return None
         target = f"{path}?{query}" if query else path
         if len(target) > self._max_target_chars:
             return None
@@ -124,6 +135,15 @@ class KeyMaker:
             decoded = parse_qsl(text, keep_blank_values=True, encoding="latin-1")
         counted = sorted((name, value) for name, value in decoded if self._counts(name, keep))
         return "&".join(f"{quote(name, safe='')}={quote(value, safe='')}" for name, value in counted)
+
+    def _excluded_query(self, query: str) -> bool:
+        pattern = self.rules.exclude_params
+        assert pattern is not None
+        for pair in query.split("&"):
+            name, _, value = pair.partition("=")
+            if pattern.fullmatch(f"{unquote(name)}={unquote(value)}") is not None:
+                return True
+        return False
 
     def _counts(self, name: str, keep: frozenset[str] | None) -> bool:
         if keep is not None and name.lower() not in keep:

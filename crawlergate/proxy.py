@@ -25,7 +25,7 @@ import httpx
 from starlette.types import Message, Receive, Scope, Send
 
 from crawlergate.config import Settings, load_settings
-from crawlergate.errors import ConfigError
+from crawlergate.errors import ConfigError, OriginError, OriginTimeout
 from crawlergate.forwarded import TrustedProxies
 from crawlergate.middleware import CrawlerGateMiddleware
 from crawlergate.origin import FILL_EXTENSION, PublicSite
@@ -136,13 +136,18 @@ class ReverseProxy:
             content=_request_body(receive) if _has_body(scope) else None,
             extensions={"timeout": self._timeouts},
         )
+        fill = FILL_EXTENSION in scope.get("extensions", {})
         try:
             response = await self._transport.handle_async_request(request)
-        except httpx.TimeoutException:
+        except httpx.TimeoutException as exc:
+            if fill:  # the gate's own fill: the filler says what failed, not a 504 of ours posing as the site's
+                raise OriginTimeout(f"the origin {self.origin} did not answer in time") from exc
             await send_response(send, plain_response(504, b"The origin did not answer in time.\n", outcome=None))
             return
         except (httpx.HTTPError, OSError) as exc:
             logger.warning("origin %s failed: %s", self.origin, exc)
+            if fill:
+                raise OriginError(f"the origin {self.origin} cannot be reached: {exc or type(exc).__name__}") from exc
             await send_response(send, plain_response(502, b"The origin cannot be reached.\n", outcome=None))
             return
         try:

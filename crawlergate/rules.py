@@ -215,6 +215,10 @@ class CacheRules:
     static_extensions: tuple[str, ...]
     drop_params: re.Pattern[str] | None
     keep_params: dict[str, frozenset[str]]
+    # "name" or "name=value-glob": a URL whose query has such a parameter is not cacheable.
+    exclude_params: re.Pattern[str] | None = None
+    # The exclude patterns as written, to name the one that matched.
+    exclude_patterns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +232,7 @@ class SiteProfile:
     drop_params: tuple[str, ...]
     keep_params: dict[str, frozenset[str]]
     session_cookies: tuple[str, ...]
+    exclude_params: tuple[str, ...] = ()
 
 
 def load_cache_rules(path: Path, profiles: Sequence[SiteProfile] = ()) -> CacheRules:
@@ -237,22 +242,31 @@ def load_cache_rules(path: Path, profiles: Sequence[SiteProfile] = ()) -> CacheR
     if unknown:
         raise ConfigError(f"{where.of(min(unknown))}: unknown table '{min(unknown)}'; use [paths] and [query].")
     paths = _table(data, "paths", {"include", "exclude", "static_extensions"}, where)
-    query = _table(data, "query", {"drop", "keep"}, where)
+    query = _table(data, "query", {"drop", "keep", "exclude"}, where)
     keep = _keep_params(query, where)
     include = _raw_strings(paths, "include", where) or ["/*"]
     exclude = _raw_strings(paths, "exclude", where)
     drop = list(_tokens(query, "drop", where, "[query]"))
+    exclude_params = _raw_strings(query, "exclude", where)
     for profile in profiles:
         exclude.extend(profile.exclude)
         drop.extend(profile.drop_params)
         keep.update(profile.keep_params)
+        exclude_params.extend(profile.exclude_params)
     return CacheRules(
         include=_globs(include, ignore_case=False),
         exclude=_globs(exclude, ignore_case=False) if exclude else None,
         static_extensions=_tokens(paths, "static_extensions", where, "[paths]"),
         drop_params=_globs(drop, ignore_case=True) if drop else None,
         keep_params=keep,
+        exclude_params=_globs([_param_glob(p) for p in exclude_params], ignore_case=True) if exclude_params else None,
+        exclude_patterns=tuple(exclude) + tuple(f"?{p}" for p in exclude_params),
     )
+
+
+def _param_glob(pattern: str) -> str:
+    # "search" excludes the parameter with any value; "title=Special:*" only those values.
+    return pattern if "=" in pattern else pattern + "=*"
 
 
 def site_profiles_dir(rules_dir: str) -> Path:
@@ -281,7 +295,7 @@ def load_site_profile(path: Path) -> SiteProfile:
         )
     site = _table(data, "site", {"name", "notes"}, where)
     paths = _table(data, "paths", {"exclude"}, where)
-    query = _table(data, "query", {"drop", "keep"}, where)
+    query = _table(data, "query", {"drop", "keep", "exclude"}, where)
     cookies = _table(data, "cookies", {"session"}, where)
     texts = {key: site.get(key, "") for key in ("name", "notes")}
     for key, value in texts.items():
@@ -295,6 +309,7 @@ def load_site_profile(path: Path) -> SiteProfile:
         drop_params=_tokens(query, "drop", where, "[query]"),
         keep_params=_keep_params(query, where),
         session_cookies=tuple(_raw_strings(cookies, "session", where)),
+        exclude_params=tuple(_raw_strings(query, "exclude", where)),
     )
 
 

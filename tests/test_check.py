@@ -102,5 +102,17 @@ def test_check_bad_input_is_one_line(argv: list[str], message: str, capsys: pyte
 
 
 def test_check_with_a_site_profile_excludes_its_paths(site: ServerThread, tmp_path: Path, capsys) -> None:
-    code = main(["check", f"{site.url}/prefs/general", "--site", "trac"])
-    assert code == 1 and "excluded: the path matches a [paths] exclude pattern" in capsys.readouterr().out
+    assert main(["check", f"{site.url}/newticket", "--site", "trac"]) == 1
+    assert "excluded: the path matches the exclude pattern '/newticket*'" in capsys.readouterr().out
+    assert main(["check", f"{site.url}/index.php?title=Special:Search&search=x", "--site", "mediawiki"]) == 1
+    assert (
+        "the query parameter 'title' matches the [query] exclude pattern 'title=Special:*'" in capsys.readouterr().out
+    )
+
+
+def test_check_unreachable_origin_is_named_not_a_502_of_ours(capsys: pytest.CaptureFixture[str]) -> None:
+    origin = f"http://127.0.0.1:{free_port()}"
+    assert main(["check", "/page", "--origin", origin, "--public-url", "https://f.example"]) == 1
+    out = capsys.readouterr().out
+    assert f"origin-error: the origin {origin} cannot be reached" in out
+    assert "no-store" not in out and "answered 502" not in out

@@ -83,3 +83,23 @@ def test_keys_site_profile_adds_excludes_and_dropped_parameters() -> None:
     key = keys.key_for(b"/viewtopic.php", b"t=3&sid=0123abcd&hilit=word")
     assert key is not None and key.target == "/viewtopic.php?t=3"
     assert keys.why_not_cacheable(b"/viewtopic.php") == ""
+
+
+@pytest.mark.parametrize(
+    ("raw_path", "query", "cacheable"),
+    [
+        pytest.param(b"/index.php/Main_Page", b"", True, id="article-debian-layout"),
+        pytest.param(b"/wiki/Main_Page", b"", True, id="article-short-url"),
+        pytest.param(b"/index.php", b"title=Main_Page&action=history", True, id="history"),
+        pytest.param(b"/index.php/Special:RecentChanges", b"", False, id="special-path"),
+        pytest.param(b"/wiki/Special%3ASearch", b"search=x", False, id="special-encoded"),
+        pytest.param(b"/index.php", b"search=foo&title=Special%3ASearch&fulltext=1", False, id="search-form"),
+        pytest.param(b"/index.php", b"title=Main_Page&ACTION=Edit", False, id="edit-any-case"),
+        pytest.param(b"/index.php", b"title=Special_Report", True, id="not-the-namespace"),
+    ],
+)
+def test_keys_mediawiki_profile_in_every_url_layout(raw_path: bytes, query: bytes, cacheable: bool) -> None:
+    profiles = load_site_profiles("", ["mediawiki"])
+    keys = KeyMaker(load_cache_rules(default_rules_dir() / "cache.toml", profiles), admin_prefix="/_crawlergate")
+    assert (keys.key_for(raw_path, query) is not None) is cacheable
+    assert (keys.why_not_cacheable(raw_path, query) == "") is cacheable
