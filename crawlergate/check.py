@@ -146,7 +146,7 @@ async def check_page(settings: Settings, url: str) -> CheckReport:
     finally:
         report.elapsed_ms = (time.perf_counter() - started) * 1000
         await proxy.aclose()
-    _judge(report, response, StoragePolicy(settings.cache), target)
+    _judge(report, response, StoragePolicy(settings.cache, keys), target)
     return report
 
 

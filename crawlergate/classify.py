@@ -139,7 +139,8 @@ class Classifier:
             cookie = cookie.decode("latin-1")
         if self._any_cookie:
             ignored = self._ignored_cookie
-            for pair in cookie.split(";"):
+            # Some frameworks split on commas too (Rack 2): a cookie hidden behind one still counts.
+            for pair in cookie.replace(",", ";").split(";"):
                 name = pair.partition("=")[0].strip()
                 if name and (ignored is None or ignored.fullmatch(name) is None):
                     return True

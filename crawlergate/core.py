@@ -129,7 +129,7 @@ class GateCore:
             settings.classify, extra_session_cookies=[name for profile in profiles for name in profile.session_cookies]
         )
         self.keys = KeyMaker.from_settings(settings, profiles)
-        self.storage = StoragePolicy(settings.cache)
+        self.storage = StoragePolicy(settings.cache, self.keys)
         self.trusted = TrustedProxies(settings.server.trusted_proxies)
         self.clock = clock
         self.admin = AdminEndpoints(

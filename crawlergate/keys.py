@@ -18,7 +18,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, quote, unquote, unquote_to_bytes
+from urllib.parse import quote, unquote, unquote_to_bytes
 
 from crawlergate.config import Settings
 from crawlergate.rules import CacheRules, SiteProfile, load_cache_rules, load_site_profiles, resolve_rule_files
@@ -35,6 +35,10 @@ _PLAIN_QUERY = re.compile(r"[A-Za-z0-9\-._~=&]*")
 # Most paths are already in normal form (no escapes, no dot segments): they skip the work.
 _ALREADY_NORMAL = re.compile(rb"/[A-Za-z0-9\-._~/:@!$&'()*+,;=]*")
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+# Bytes a query may not hold literally (RFC 3986 3.4: pchar, "/" and "?"), and a '%' that starts no escape.
+_QUERY_UNSAFE = re.compile(rb"[^A-Za-z0-9\-._~!$'()*+,;=:@/?%&]")
+_STRAY_PERCENT = re.compile(rb"%(?![0-9A-Fa-f]{2})")
+_PATH_SESSION = re.compile(rb"(?i);jsessionid=[^/;?]*")
 # Characters that may stay literal in a normalised path (RFC 3986 pchar without '%').
 _PATH_SAFE = "/:@!$&'()*+,;="
 
@@ -129,12 +133,16 @@ class KeyMaker:
             pairs = [part.partition("=")[::2] for part in text.split("&") if part]
             counted = sorted((name, value) for name, value in pairs if self._counts(name, keep))
             return "&".join(f"{name}={value}" for name, value in counted)
-        try:
-            decoded = parse_qsl(text, keep_blank_values=True, encoding="utf-8", errors="strict")
-        except (UnicodeDecodeError, ValueError):
-            decoded = parse_qsl(text, keep_blank_values=True, encoding="latin-1")
-        counted = sorted((name, value) for name, value in decoded if self._counts(name, keep))
-        return "&".join(f"{quote(name, safe='')}={quote(value, safe='')}" for name, value in counted)
+        # Escapes normalised as in paths, bytes a query may not hold escaped, and nothing else touched: the
+        # site gets "+", "," and its own byte encoding as the client sent them, or it may redirect to them.
+        normalised: list[str] = []
+        for part in query_string.split(b"&"):
+            if part:
+                pair = _normalise_query_part(part)
+                name = pair.partition("=")[0]
+                if self._counts(unquote(name, errors="replace"), keep):
+                    normalised.append(pair)
+        return "&".join(sorted(normalised))
 
     def _excluded_query(self, query: str) -> bool:
         pattern = self.rules.exclude_params
@@ -159,8 +167,10 @@ def normalise_path(raw_path: bytes) -> str | None:
     so it never becomes a segment), dot segments removed. NUL bytes, a path that climbs above the
     root, or one that does not start with '/' are refused.
     """
-    if _ALREADY_NORMAL.fullmatch(raw_path) and b"/." not in raw_path:
+    if _ALREADY_NORMAL.fullmatch(raw_path) and b"/." not in raw_path and b";" not in raw_path:
         return raw_path.decode("ascii")
+    # Java servlet session ids ride in the path (/page;jsessionid=...): never part of a page's name.
+    raw_path = _PATH_SESSION.sub(b"", raw_path)
     if not raw_path.startswith(b"/") or b"\x00" in raw_path:
         return None
     decoded = _ESCAPE.sub(_normalise_escape, raw_path)
@@ -178,6 +188,12 @@ def normalise_path(raw_path: bytes) -> str | None:
         segments.append(b"")
     text = "/" + "/".join(quote(segment, safe=_PATH_SAFE + "%") for segment in segments)
     return text
+
+
+def _normalise_query_part(part: bytes) -> str:
+    part = _STRAY_PERCENT.sub(b"%25", part)
+    part = _ESCAPE.sub(_normalise_escape, part)
+    return _QUERY_UNSAFE.sub(lambda match: b"%%%02X" % match.group()[0], part).decode("ascii")
 
 
 def digest_of(target: str) -> str:

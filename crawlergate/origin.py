@@ -16,7 +16,6 @@ streams and the deadline on in-process apps. Failures become OriginError here, o
 
 from __future__ import annotations
 
-import gzip
 import io
 import ipaddress
 import sys
@@ -116,7 +115,7 @@ class _BodyCollector:
         raw = b"".join(self.chunks)
         length = next((value.strip() for name, value in listed if name == "content-length"), None)
         complete = finished and (length is None or not length.isdigit() or int(length) == len(raw))
-        return _decoded(self.target, OriginResponse(status, listed, raw, complete=complete))
+        return _decoded(self.target, OriginResponse(status, listed, raw, complete=complete), self.max_bytes)
 
 
 def fill_headers(public: PublicSite, client: str) -> list[tuple[str, str]]:
@@ -311,8 +310,11 @@ class WsgiOrigin:
         return body.response(int(status.split(" ", 1)[0]), ((name.lower(), value) for name, value in headers))
 
 
-def _decoded(target: str, response: OriginResponse) -> OriginResponse:
-    """Decode the body the site compressed; its gzip bytes, once known to be whole, are kept to be stored."""
+def _decoded(target: str, response: OriginResponse, max_bytes: int) -> OriginResponse:
+    """Decode the body the site compressed; its gzip bytes, once known to be whole, are kept to be stored.
+
+    The size limit holds for the decoded body too: a small gzip can inflate a thousandfold (a "bomb").
+    """
     encoding = (response.header("content-encoding") or "identity").strip().lower()
     if encoding == "identity" or not response.complete:
         return response
@@ -320,18 +322,41 @@ def _decoded(target: str, response: OriginResponse) -> OriginResponse:
         raise OriginError(f"{target}: the site answered in {encoding!r}, which a fill did not ask for")
     try:
         if encoding == "deflate":
-            body, body_gz = _inflate(response.body), None
+            try:
+                body = _inflate(response.body, max_bytes)
+            except zlib.error:
+                body = _inflate(response.body, max_bytes, raw_deflate=True)
+            body_gz = None
         else:
-            body, body_gz = gzip.decompress(response.body), response.body
-    except (OSError, EOFError, zlib.error) as exc:
+            body, body_gz = _inflate(response.body, max_bytes, gzip_wrapped=True), response.body
+    except zlib.error as exc:
         raise OriginError(f"{target}: the site sent a broken {encoding} body: {exc}") from exc
+    if body is None:
+        raise PageTooLarge(f"{target}: more than {max_bytes} bytes once decompressed")
     headers = tuple((k, v) for k, v in response.headers if k not in ("content-encoding", "content-length"))
     return OriginResponse(response.status, headers, body, body_gz=body_gz, complete=True)
 
 
-def _inflate(data: bytes) -> bytes:
-    # "deflate" is zlib-wrapped by the standard (RFC 9110 8.4.1.2); some servers send it raw.
-    try:
-        return zlib.decompress(data)
-    except zlib.error:
-        return zlib.decompress(data, -zlib.MAX_WBITS)
+def _inflate(data: bytes, max_bytes: int, *, gzip_wrapped: bool = False, raw_deflate: bool = False) -> bytes | None:
+    """Decompress at most ``max_bytes`` (None past that); raises zlib.error on a broken or cut stream.
+
+    gzip may hold several members, one after the other (RFC 1952); "deflate" is zlib-wrapped by the
+    standard (RFC 9110 8.4.1.2), but some servers send it raw.
+    """
+    wbits = zlib.MAX_WBITS | 16 if gzip_wrapped else -zlib.MAX_WBITS if raw_deflate else zlib.MAX_WBITS
+    parts: list[bytes] = []
+    size = 0
+    rest = data
+    while rest:
+        inflater = zlib.decompressobj(wbits)
+        part = inflater.decompress(rest, max_bytes + 1 - size)
+        size += len(part)
+        if size > max_bytes:
+            return None
+        if not inflater.eof:
+            if inflater.unconsumed_tail:
+                return None  # stopped at the limit with input left: larger than allowed
+            raise zlib.error("the compressed stream ends early")
+        parts.append(part)
+        rest = inflater.unused_data if gzip_wrapped else b""
+    return b"".join(parts)

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
+import anyio
 import httpx
 from starlette.types import Message, Receive, Scope, Send
 
@@ -52,7 +54,9 @@ _FORWARDED = (b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host")
 # The server in front (uvicorn here) writes its own; passing the origin's too would send two of each.
 _ORIGIN_ONLY = (b"date", b"server")
 # Response headers that may carry an absolute URL of the origin.
-_URL_HEADERS = (b"location", b"content-location", b"refresh")
+_URL_HEADERS = (b"location", b"content-location", b"refresh", b"link")
+_LINK_TARGET = re.compile(rb"<([^>]*)>")
+_REFRESH_URL = re.compile(rb"(?i)(url\s*=\s*['\"]?)([^'\";]+)")
 
 
 class ReverseProxy:
@@ -94,6 +98,13 @@ class ReverseProxy:
         self._transport = transport or httpx.AsyncHTTPTransport(
             limits=httpx.Limits(max_connections=512, max_keepalive_connections=128)
         )
+        # Fills and HEAD requests get a connection of their own, closed after the answer. httpcore reads
+        # bytes an origin sends past the end of a response (a body on HEAD, more than its Content-Length)
+        # as the next response on that connection: a person's request must never be able to plant the
+        # answer of the next fill, which is stored and served to every crawler.
+        self._single_use = transport or httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=128, max_keepalive_connections=0)
+        )
         self._timeouts = {
             "connect": connect_timeout_s,
             "read": timeout_s,
@@ -111,6 +122,8 @@ class ReverseProxy:
 
     async def aclose(self) -> None:
         await self._transport.aclose()
+        if self._single_use is not self._transport:
+            await self._single_use.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -123,12 +136,15 @@ class ReverseProxy:
             return
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
         query: bytes = scope.get("query_string", b"")
+        hosts = [value for name, value in scope["headers"] if name == b"host"]
+        if not raw_path.startswith(b"/") or len(hosts) > 1:
+            # Asterisk and absolute-form targets are not for an origin; two Hosts are refused (RFC 9112 3.2).
+            await send_response(send, plain_response(400, b"Bad Request\n", outcome=None))
+            return
         target = self._origin_prefix + raw_path + (b"?" + query if query else b"")
         headers = self._forward_headers(scope)
-        if self._client_host:
-            host = next((value for name, value in scope["headers"] if name == b"host"), None)
-            if host:
-                headers.append((b"host", host))
+        if self._client_host and hosts:
+            headers.append((b"host", hosts[0]))
         request = httpx.Request(
             scope["method"],
             self._base.copy_with(raw_path=target),
@@ -137,8 +153,9 @@ class ReverseProxy:
             extensions={"timeout": self._timeouts},
         )
         fill = FILL_EXTENSION in scope.get("extensions", {})
+        transport = self._single_use if fill or scope["method"] == "HEAD" else self._transport
         try:
-            response = await self._transport.handle_async_request(request)
+            response = await transport.handle_async_request(request)
         except httpx.TimeoutException as exc:
             if fill:  # the gate's own fill: the filler says what failed, not a 504 of ours posing as the site's
                 raise OriginTimeout(f"the origin {self.origin} did not answer in time") from exc
@@ -158,9 +175,14 @@ class ReverseProxy:
                     "headers": self._answer_headers(response.headers.raw, scope),
                 }
             )
-            async for chunk in response.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            # A client that leaves mid-answer (a download, a stream, long polling) must release the origin
+            # connection: sending to it does not fail, so its disconnect is watched for.
+            async with anyio.create_task_group() as streaming:
+                streaming.start_soon(_cancel_on_disconnect, receive, streaming.cancel_scope)
+                async for chunk in response.aiter_raw():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                streaming.cancel_scope.cancel()
         except httpx.HTTPError as exc:
             # The origin broke off mid-body: the client sees a truncated response, as from the origin itself.
             logger.warning("origin %s broke off a response: %s", self.origin, exc)
@@ -192,19 +214,32 @@ class ReverseProxy:
         return result
 
     def _answer_headers(self, raw: list[tuple[bytes, bytes]], scope: Scope) -> list[tuple[bytes, bytes]]:
-        headers = _without_hop_by_hop(raw, drop=_ORIGIN_ONLY)
+        chunked = any(name.lower() == b"transfer-encoding" for name, _ in raw)
+        # With Transfer-Encoding, Content-Length must be ignored (RFC 9112 6.3) and so never passed on.
+        headers = _without_hop_by_hop(raw, drop=(*_ORIGIN_ONLY, b"content-length") if chunked else _ORIGIN_ONLY)
         for index, (name, value) in enumerate(headers):
             if name in _URL_HEADERS and self._origin_lower in value.lower():
-                headers[index] = (name, self._public_address(value, scope))
+                headers[index] = (name, self._public_address(name, value, scope))
         return headers
 
-    def _public_address(self, value: bytes, scope: Scope) -> bytes:
-        """``value`` with the origin's base URL replaced by the public one (nginx ``proxy_redirect default``)."""
-        start = value.lower().find(self._origin_lower)
-        end = start + len(self._origin_lower)
-        if end < len(value) and value[end : end + 1] not in b"/?#;":
-            return value  # another port or host that merely begins like the origin's
-        return value[:start] + (self._public_base or _request_base(scope, self._trusted)) + value[end:]
+    def _public_address(self, name: bytes, value: bytes, scope: Scope) -> bytes:
+        """``value`` with URLs that begin with the origin's base rewritten to the public one (nginx ``proxy_redirect``).
+
+        Only URLs the header gives: Location and Content-Location as a whole, Refresh after ``url=``, Link
+        between ``<`` and ``>``; an origin address inside another URL (``?next=http://origin/``) stays.
+        """
+        if name == b"link":
+            return _LINK_TARGET.sub(lambda match: b"<" + self._rebased(match.group(1), scope) + b">", value)
+        if name == b"refresh":
+            return _REFRESH_URL.sub(lambda match: match.group(1) + self._rebased(match.group(2), scope), value)
+        return self._rebased(value, scope)
+
+    def _rebased(self, url: bytes, scope: Scope) -> bytes:
+        stripped = url.strip()
+        base = self._origin_lower
+        if not stripped.lower().startswith(base) or stripped[len(base) : len(base) + 1] not in (b"", b"/", b"?", b"#"):
+            return url  # another host or port that merely begins like the origin's
+        return (self._public_base or _request_base(scope, self._trusted)) + stripped[len(base) :]
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -235,6 +270,12 @@ def create_app(settings: Settings) -> CrawlerGateMiddleware:
 def app_from_environment() -> CrawlerGateMiddleware:
     """Factory for ``uvicorn --factory`` workers: settings from CRAWLERGATE_CONFIG and CRAWLERGATE_* variables."""
     return create_app(load_settings(None, os.environ))
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
 
 
 def _request_base(scope: Scope, trusted: TrustedProxies) -> bytes:

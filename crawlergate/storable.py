@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from crawlergate.config import CacheSettings
-from crawlergate.keys import normalise_path
+from crawlergate.keys import KeyMaker, normalise_path
 from crawlergate.origin import OriginResponse
 from crawlergate.page import Page, parse_http_date
 
@@ -63,8 +63,11 @@ class StoreVerdict:
 class StoragePolicy:
     """Judges guest answers by the storage mode and builds the Page that is stored."""
 
-    def __init__(self, settings: CacheSettings) -> None:
+    def __init__(self, settings: CacheSettings, keys: KeyMaker | None = None) -> None:
         self.settings = settings
+        # Redirects are compared by key: a site that redirects to its own spelling of a URL ("+" for
+        # "%20", another parameter order) redirects to the page the key names, a loop once stored.
+        self._keys = keys
         self.strict = settings.storage_mode == "rfc9111"
         self._stored_headers = frozenset(name.lower() for name in settings.stored_headers)
         self._self_redirect_logged = False
@@ -79,7 +82,7 @@ class StoragePolicy:
             reasons.append(("origin-error", f"the site answered {status}"))
         elif default_ttl is None:
             reasons.append(("status", f"status {status} is never stored (200, 301, 308, 404 and 410 are)"))
-        if 300 <= status < 400 and _redirects_to(response.header("location"), target):
+        if 300 <= status < 400 and _redirects_to(response.header("location"), target, self._keys):
             reasons.append(("redirect-to-self", f"Location {response.header('location')} is the URL it answers"))
             self._log_self_redirect(target, response)
         if not response.complete:
@@ -205,7 +208,7 @@ def _title_case(header: str) -> str:
     return "-".join(part.capitalize() for part in header.split("-"))
 
 
-def _redirects_to(location: str | None, target: str) -> bool:
+def _redirects_to(location: str | None, target: str, keys: KeyMaker | None) -> bool:
     """True when a redirect's Location names ``target`` again, whatever scheme and host it carries.
 
     Keys ignore the host and scheme, so a redirect from http to https (or to another host name) of
@@ -216,6 +219,11 @@ def _redirects_to(location: str | None, target: str) -> bool:
     parts = urlsplit(location.strip())
     if not parts.path.startswith("/"):
         return False
-    path = normalise_path(parts.path.encode("utf-8", "surrogateescape"))
+    raw_path = parts.path.encode("utf-8", "surrogateescape")
+    if keys is not None:
+        key = keys.key_for(raw_path, parts.query.encode("utf-8", "surrogateescape"))
+        if key is not None:
+            return key.target == target
+    path = normalise_path(raw_path)
     wanted_path, _, wanted_query = target.partition("?")
     return path == wanted_path and parts.query == wanted_query

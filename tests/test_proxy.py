@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import asyncio
+import gzip
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -395,3 +399,150 @@ def test_proxy_behind_tls_front_fills_as_https_and_never_serves_a_redirect_to_se
     # the crawler's own request, with its real scheme, is answered by the live site.
     assert [(r.status_code, r.headers["x-crawlergate"]) for r in wrong] == [(200, "pass"), (200, "pass")]
     assert stats["not_stored"] == {"redirect-to-self": 2}
+
+
+class RawOrigin:
+    """A keep-alive origin on a raw socket that misbehaves as some servers do, one answer per path."""
+
+    SMUGGLED = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 35\r\n\r\n<script>alert('poisoned')</script>"
+    )
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        self.server.settimeout(0.2)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+        self.server.close()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                connection, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=self._connection, args=(connection,), daemon=True).start()
+
+    def _connection(self, connection: socket.socket) -> None:
+        connection.settimeout(5)
+        buffer = b""
+        with connection:
+            for _ in range(100):  # bounded: at most 100 requests a connection
+                while b"\r\n\r\n" not in buffer:
+                    try:
+                        chunk = connection.recv(65536)
+                    except OSError:
+                        return
+                    if not chunk:
+                        return
+                    buffer += chunk
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                method, path = head.split(b" ")[:2]
+                connection.sendall(self._answer(method, path))
+
+    def _answer(self, method: bytes, path: bytes) -> bytes:
+        def page(body: bytes, extra: bytes = b"") -> bytes:
+            return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n%s\r\n" % (len(body), extra)
+
+        if path == b"/reflect":  # sends the body on HEAD too, as simple servers do
+            return page(self.SMUGGLED) + self.SMUGGLED
+        if path == b"/cllong":  # more bytes than its Content-Length
+            return page(b"hello") + b"hello" + self.SMUGGLED
+        if path == b"/both":  # Content-Length and chunked at once
+            return b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+        if path == b"/bomb":
+            bomb = gzip.compress(b"\0" * (20 * MB), compresslevel=9)
+            return page(bomb, b"Content-Encoding: gzip\r\n")[: -len(b"\r\n")] + b"\r\n" + bomb
+        body = b"<p>page " + path + b"</p>"
+        return page(body) + (body if method != b"HEAD" else b"")
+
+
+@pytest.fixture
+def raw_origin() -> Iterator[RawOrigin]:
+    origin = RawOrigin()
+    yield origin
+    origin.stop()
+
+
+def test_proxy_leftover_bytes_of_an_origin_never_become_a_stored_page(raw_origin: RawOrigin, tmp_path: Path) -> None:
+    proxy = _proxy(raw_origin.url, tmp_path, public_url="https://site.example")
+    try:
+        with httpx.Client(base_url=proxy.url) as client:
+            client.head("/reflect", headers=FIREFOX)  # a person plants a response after the HEAD answer
+            home = client.get("/home", headers=GOOGLEBOT)  # the next fill
+            client.get("/cllong", headers=GOOGLEBOT)  # a fill that leaves a response behind
+            victim = client.get("/victim", headers=GOOGLEBOT)
+            again = [client.get(path, headers=GOOGLEBOT) for path in ("/home", "/victim")]
+    finally:
+        proxy.stop()
+    assert home.text == "<p>page /home</p>" and victim.text == "<p>page /victim</p>"
+    assert [answer.text for answer in again] == ["<p>page /home</p>", "<p>page /victim</p>"]
+    assert all(answer.headers["x-crawlergate"] == "l1-hit" for answer in again)
+
+
+def test_proxy_refuses_targets_and_hosts_an_origin_must_not_see(raw_origin: RawOrigin, tmp_path: Path) -> None:
+    proxy = _proxy(raw_origin.url, tmp_path)
+    try:
+        answers = []
+        for request in (
+            b"GET * HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nHost: good.example\r\nHost: evil.example\r\n\r\n",
+        ):
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as raw:
+                raw.sendall(request)
+                answers.append(raw.recv(65536).split(b"\r\n", 1)[0])
+        both = httpx.get(f"{proxy.url}/both", headers=FIREFOX)
+    finally:
+        proxy.stop()
+    assert answers == [b"HTTP/1.1 400 Bad Request"] * 3
+    # Content-Length and Transfer-Encoding: the length is dropped, the chunked body arrives whole.
+    assert both.status_code == 200 and both.content == b"hello"
+
+
+def test_proxy_gzip_bomb_is_too_big_to_store(raw_origin: RawOrigin, tmp_path: Path) -> None:
+    proxy = _proxy(raw_origin.url, tmp_path)
+    try:
+        answer = httpx.get(f"{proxy.url}/bomb", headers={**GOOGLEBOT, "accept-encoding": "gzip"})
+        stats = httpx.get(f"{proxy.url}/_crawlergate/stats").json()
+    finally:
+        proxy.stop()
+    # Over l2.page_max_bytes once decompressed: passed on as the site sent it, never stored or inflated here.
+    assert answer.headers["x-crawlergate"] == "pass" and len(answer.content) == 20 * MB
+    assert stats["not_stored"] == {"too-big": 1}
+    assert not list((tmp_path / "l2").rglob("*.page"))
+
+
+def test_proxy_client_leaving_a_stream_releases_the_origin(tmp_path: Path) -> None:
+    closed = threading.Event()
+
+    async def endless(request: Request) -> Response:
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                for _ in range(600):  # bounded: at most a minute
+                    yield b"tick\n"
+                    await asyncio.sleep(0.1)
+            finally:
+                closed.set()
+
+        return StreamingResponse(chunks(), media_type="text/plain")
+
+    origin = ServerThread(Starlette(routes=[Route("/stream", endless)])).start()
+    proxy = _proxy(origin.url, tmp_path)
+    try:
+        with httpx.stream("GET", f"{proxy.url}/stream", headers=FIREFOX) as response:
+            next(response.iter_raw())
+        assert closed.wait(10), "the origin stream outlived the client"
+    finally:
+        proxy.stop()
+        origin.stop()

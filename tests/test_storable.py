@@ -5,8 +5,10 @@ import gzip
 import pytest
 
 from crawlergate.config import CacheSettings
+from crawlergate.keys import KeyMaker
 from crawlergate.origin import OriginResponse
 from crawlergate.page import Page
+from crawlergate.rules import default_rules_dir, load_cache_rules
 from crawlergate.storable import NOT_STORED_REASONS, StoragePolicy
 
 NOW = 1_700_000_000.0
@@ -136,3 +138,19 @@ def test_storable_page_keeps_the_sites_gzip_as_it_came() -> None:
     # The ETag comes from the content, so a regenerated page with another gzip mtime keeps it.
     again = Page.from_response(200, body, content_type="text/html", generated_at=NOW, ttl_seconds=1)
     assert page.etag == again.etag
+
+
+@pytest.mark.parametrize(
+    ("target", "location"),
+    [
+        pytest.param("/plus?q=a+b", "/plus?q=a+b", id="same-spelling"),
+        pytest.param("/reorder?a=2&b=1", "https://site.example/reorder?b=1&a=2", id="parameter-order"),
+        pytest.param("/t?x=1", "/t?x=1&utm_source=feed", id="tracking-parameter"),
+        pytest.param("/caf%C3%A9", "/caf%c3%a9", id="escape-case"),
+    ],
+)
+def test_storable_redirect_to_the_same_key_is_a_loop(target: str, location: str) -> None:
+    keys = KeyMaker(load_cache_rules(default_rules_dir() / "cache.toml"), admin_prefix="/_crawlergate")
+    policy = StoragePolicy(CacheSettings(), keys)
+    verdict = policy.judge(_answer(301, (("location", location),), b""), target, now=NOW)
+    assert [label for label, _ in verdict.reasons] == ["redirect-to-self"]
