@@ -123,7 +123,10 @@ def format_share(report: ShareReport, classifier: Classifier, top: int) -> str:
             row += f"{tally.time_s:>14,.1f}{report.share(kind, 'time'):>9.2%}"
         lines.append(row)
     if not report.has_time:
-        lines.append("(the log has no time field, so shares of server time cannot be given)")
+        lines.append(
+            "(the log has no response-time field, such as Apache's %D or nginx's $request_time, so shares of "
+            "server time cannot be given)"
+        )
 
     if report.by_family:
         time_header = f"{'time (s)':>12}" if report.has_time else ""
@@ -199,11 +202,15 @@ class TraceProfile:
     pages_by_family: dict[str, set[int]] = field(default_factory=dict)
     arrivals: dict[str, _Arrivals] = field(default_factory=dict)
 
+    def hours_with_data(self) -> list[int]:
+        """Hours of the day with any request: an hour the log never covers says nothing about traffic."""
+        return [hour for hour in range(24) if self.by_hour["human"][hour] or self.by_hour["crawler"][hour]]
+
     @property
-    def off_peak_hour(self) -> int:
-        """The hour of the day (log time) with the fewest human requests: when to regenerate pages."""
+    def off_peak_hour(self) -> int | None:
+        """The hour of the day with the fewest human requests, among hours the log covers; None without data."""
         humans = self.by_hour["human"]
-        return min(range(24), key=lambda hour: (humans[hour], hour))
+        return min(self.hours_with_data(), key=lambda hour: (humans[hour], hour), default=None)
 
     def breadth(self) -> float:
         return len(self.pages_crawled) / len(self.pages_all) if self.pages_all else 0.0
@@ -250,10 +257,23 @@ def format_profile(profile: TraceProfile, classifier: Classifier, top: int) -> s
     """The share tables, then the daily pattern, breadth and pacing per crawler family."""
     lines = [format_share(profile.share, classifier, top), "", "requests per hour of the day (log time)"]
     lines.append(f"{'hour':>4}{'humans':>10}{'crawlers':>10}")
+    covered = set(profile.hours_with_data())
     for hour in range(24):
-        lines.append(f"{hour:>4}{profile.by_hour['human'][hour]:>10,}{profile.by_hour['crawler'][hour]:>10,}")
+        if hour in covered:
+            lines.append(f"{hour:>4}{profile.by_hour['human'][hour]:>10,}{profile.by_hour['crawler'][hour]:>10,}")
+        else:
+            lines.append(f"{hour:>4}{'no data':>20}")
+    off_peak = profile.off_peak_hour
+    if off_peak is None:
+        lines.append("no off-peak hour can be suggested: the log has no requests")
+    elif len(covered) < 24:
+        lines.append(
+            f"suggested off-peak hour for regeneration: {off_peak:02d}:00 (fewest human requests among the "
+            f"{len(covered)} hours the log covers; a log of whole days would tell better)"
+        )
+    else:
+        lines.append(f"suggested off-peak hour for regeneration: {off_peak:02d}:00 (fewest human requests)")
     lines += [
-        f"suggested off-peak hour for regeneration: {profile.off_peak_hour:02d}:00 (fewest human requests)",
         "",
         f"crawlers reached {len(profile.pages_crawled):,} of {len(profile.pages_all):,} distinct URLs "
         f"({profile.breadth():.1%})",

@@ -426,7 +426,11 @@ def _run_simulate(args: argparse.Namespace) -> int:
               f"{example}", file=sys.stderr)  # fmt: skip
     policies = args.policies or list(POLICIES)
     report = run_simulation(
-        trace, args.sizes or default_sizes(trace), policies, args.curve, item_max_bytes=settings.l1.item_max_bytes
+        trace,
+        args.sizes or default_sizes(trace, settings.l1.item_max_bytes),
+        policies,
+        args.curve,
+        item_max_bytes=settings.l1.item_max_bytes,
     )
     print(format_report(report, policies), file=out)
     print(f"\n{trace.lines:,} lines ({trace.malformed:,} malformed, skipped) read in {parsed:.2f} s; "

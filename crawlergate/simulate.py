@@ -585,12 +585,16 @@ class SimulationReport:
         }
 
 
-def default_sizes(trace: Trace) -> list[int]:
-    """The paper's 120/250/500 MB when the log's pages outweigh them, else 10/25/50 % of the pages' bytes."""
+def default_sizes(trace: Trace, item_max_bytes: int | None = None) -> list[int]:
+    """The paper's 120/250/500 MB when the log's pages outweigh them, else 10/25/50 % of the pages' bytes.
+
+    Never below the largest page L1 admits: a cache that cannot hold one page tells nothing.
+    """
     total = trace.total_bytes
     if total > 1_000_000_000:
         return [120_000_000, 250_000_000, 500_000_000]
-    return [max(1, int(total * share)) for share in (0.10, 0.25, 0.50)]
+    floor = max(trace.largest_page(item_max_bytes), 1)
+    return sorted({max(floor, int(total * share)) for share in (0.10, 0.25, 0.50)})
 
 
 def run_simulation(

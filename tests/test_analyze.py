@@ -57,3 +57,35 @@ def test_cli_analyze(log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert data["off_peak_hour"] == 4 and data["crawler_breadth"] == 1.0
     assert data["crawler_families"]["Googlebot"]["pages"] == 48
     assert "<svg" in out_html.read_text()
+
+
+def test_analyze_part_of_a_day_suggests_only_hours_it_covers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from crawlergate.cli import main
+
+    path = tmp_path / "afternoon.log"
+    path.write_text("".join(_line(FIREFOX, "/t/1", hour, 0, 100) * (hour - 10) for hour in (14, 15, 16)))
+    assert main(["analyze", str(path), "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)  # only JSON on standard output
+    assert data["off_peak_hour"] == 14
+    assert "no data" in captured.err and "among the 3 hours the log covers" in captured.err
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        pytest.param([_line(GOOGLEBOT, "/t/1", 3, 0, 100)], id="one-request"),
+        pytest.param([_line(FIREFOX, "/only", hour, 0, 100) for hour in range(24)], id="one-page"),
+    ],
+)
+def test_cli_tiny_logs_give_sensible_answers(tmp_path: Path, capsys: pytest.CaptureFixture[str], lines) -> None:
+    from crawlergate.cli import main
+
+    path = tmp_path / "tiny.log"
+    path.write_text("".join(lines))
+    for command in (["analyze"], ["simulate", "--no-cache"], ["classify", "--log"]):
+        assert main([*command, str(path)]) == 0, command
+        out = capsys.readouterr().out
+        assert "Traceback" not in out and "1 B" not in out

@@ -47,7 +47,7 @@ def test_cli_classify_log_reports_shares(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_cli_classify_log_without_time_field(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["classify", "--log", str(DATA / "logs" / "combined.log")]) == 0
-    assert "no time field" in capsys.readouterr().out
+    assert "no response-time field" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
