@@ -5,6 +5,7 @@ from array import array
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings as hypothesis_settings, strategies as st
 
 from crawlergate.classify import Classifier
 from crawlergate.config import ClassifySettings
@@ -223,3 +224,26 @@ def test_parse_trace_in_parallel_equals_one_pass(tmp_path: Path, parsing, monkey
     )
     assert one.day_runs == [(0, 0), (1000, 1), (2000, 2)]
     assert (three.lines, three.malformed) == (3001, 1)
+
+
+@hypothesis_settings(max_examples=150, deadline=None)
+@given(
+    pages=st.lists(st.integers(0, 30), min_size=1, max_size=300),
+    page_bytes=st.integers(1, 5000),
+    slots=st.integers(1, 32),
+)
+def test_simulate_lru_is_monotonic_in_size_for_equal_pages(pages: list[int], page_bytes: int, slots: int) -> None:
+    # LRU is a stack algorithm (Mattson et al. 1970): with pages of one size, a larger cache holds a
+    # superset of a smaller one's pages at every step, so its hit ratio can never be lower.
+    trace = _trace(pages, size=page_bytes)
+    smaller = simulate(trace, "lru", slots * page_bytes)
+    larger = simulate(trace, "lru", (slots + 1) * page_bytes)
+    assert larger.hits >= smaller.hits
+
+
+def test_simulate_pages_over_the_item_limit_never_enter_l1() -> None:
+    trace = _trace([0, 1, 0, 1, 0, 1])
+    trace.sizes = array("I", [100, 40_000_000])
+    unlimited = simulate(trace, "lru", 50_000_000)
+    limited = simulate(trace, "lru", 50_000_000, item_max_bytes=1024 * 1024)
+    assert (unlimited.hits, limited.hits) == (4, 2)  # the 40 MB download no longer holds L1
