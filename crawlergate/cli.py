@@ -134,7 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("log", type=Path, help="an access log (plain or gzipped)")
     replay.add_argument("--target", required=True, help="base URL to send the requests to")
     replay.add_argument("--compare", metavar="URL2", help="replay the same requests against URL2 too, and compare")
-    replay.add_argument("--concurrency", type=_positive_int, default=16, help="clients in closed-loop mode")
+    replay.add_argument("--concurrency", type=_positive_int, help="clients in closed-loop mode (default 16)")
     replay.add_argument("--speed", type=_positive_float, help="open loop at the log's pace times SPEED")
     replay.add_argument("--limit", type=_positive_int, help="replay at most this many requests")
     replay.add_argument("--path", help="only targets matching this regular expression")
@@ -311,6 +311,12 @@ def _run_replay(args: argparse.Namespace) -> int:
     for url in filter(None, (args.target, args.compare)):
         if not re.match(r"^https?://[^/\s]+", url):
             raise CrawlerGateError(f"Target '{url}' must be an http:// or https:// URL.")
+    if args.speed is not None and args.concurrency is not None:
+        raise CrawlerGateError(
+            "--concurrency (closed loop: clients as fast as the server answers) and --speed (open loop: the "
+            "log's own pace) are two ways of replaying; give one."
+        )
+    concurrency = args.concurrency or 16
     try:
         pattern = re.compile(args.path).search if args.path else None
     except re.error as exc:
@@ -322,7 +328,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         _after_reading(reader)
     if not requests:
         raise CrawlerGateError(f"No GET/HEAD requests to replay in '{args.log}' (after filters).")
-    mode = f"open loop at {args.speed:g}x the log's pace" if args.speed else f"{args.concurrency} clients"
+    mode = f"open loop at {args.speed:g}x the log's pace" if args.speed else f"{concurrency} clients"
     print(
         f"replaying {len(requests):,} requests ({reader.malformed:,} malformed lines skipped), {mode}", file=sys.stderr
     )
@@ -331,12 +337,18 @@ def _run_replay(args: argparse.Namespace) -> int:
         with Progress(f"replay against {url}", total=len(requests), unit=" requests") as progress:
             result = asyncio.run(
                 replay(
-                    requests, url, concurrency=args.concurrency, speed=args.speed, timeout_s=args.timeout,
+                    requests, url, concurrency=concurrency, speed=args.speed, timeout_s=args.timeout,
                     on_progress=lambda done, _: progress.update(done),
                 )
             )  # fmt: skip
         results.append(result)
     out = _text_out(args)
+    failed = [result for result in results if not result.samples and result.errors]
+    if failed:
+        for result in failed:
+            kinds = ", ".join(f"{count:,} {kind}" for kind, count in result.errors.most_common())
+            print(f"crawlergate: every request to {result.target} failed ({kinds}): is it up?", file=sys.stderr)
+        return EXIT_FAILURE
     print(format_summary(results), file=out)
     if args.json:
         _write_json(args.json, comparison(results) if len(results) == 2 else results[0].summary())

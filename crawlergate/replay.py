@@ -250,12 +250,38 @@ def format_summary(results: Sequence[ReplayResult]) -> str:
         row(f"{kind} outcomes", [_outcomes(s[kind]["outcomes"]) for s in summaries])
     if len(summaries) == 2:
         first, second = summaries
+        name = second["label"]
         lines.append("")
-        lines.append(f"throughput: {_ratio(second['throughput_rps'], first['throughput_rps'])} (second / first)")
+        throughput = rate_change(first["throughput_rps"], second["throughput_rps"])
+        lines.append(f"throughput: {name} served {throughput} than {first['label']}")
         for kind in ("crawler", "human"):
             a, b = first[kind]["ttfb_ms"]["mean"], second[kind]["ttfb_ms"]["mean"]
-            lines.append(f"{kind} mean TTFB: {_ratio(a, b)} faster through the second ({a:,.2f} → {b:,.2f} ms)")
+            lines.append(f"{kind}s: {name} answered {time_change(a, b)} ({a:,.2f} → {b:,.2f} ms mean TTFB)")
     return "\n".join(lines)
+
+
+def time_change(before_ms: float, after_ms: float) -> str:
+    """ "52× faster", "2.3× slower" or "as fast": a direction in words, whichever way the times go."""
+    if before_ms <= 0 or after_ms <= 0:
+        return "n/a (no requests)"
+    if abs(before_ms - after_ms) < 0.005 * max(before_ms, after_ms):
+        return "as fast"
+    if after_ms < before_ms:
+        return f"{_times(before_ms / after_ms)} faster"
+    return f"{_times(after_ms / before_ms)} slower"
+
+
+def rate_change(before: float, after: float) -> str:
+    """ "1.84× more requests/s" or "2.1× fewer requests/s"."""
+    if before <= 0 or after <= 0:
+        return "n/a (no requests)"
+    if after >= before:
+        return f"{_times(after / before)} more requests/s"
+    return f"{_times(before / after)} fewer requests/s"
+
+
+def _times(factor: float) -> str:
+    return f"{factor:,.0f}×" if factor >= 10 else f"{factor:,.2f}×"
 
 
 def comparison(results: Sequence[ReplayResult]) -> dict[str, Any]:
@@ -322,8 +348,3 @@ def _outcomes(outcomes: dict[str, int]) -> str:
 
 def _safe_ratio(top: float, bottom: float) -> float | None:
     return round(top / bottom, 3) if bottom else None
-
-
-def _ratio(top: float, bottom: float) -> str:
-    value = _safe_ratio(top, bottom)
-    return f"{value:,.2f}×" if value is not None else "n/a"

@@ -64,8 +64,8 @@ def main() -> int:
          f"{slow['crawler']['ttfb_ms']['mean'] / fast['crawler']['ttfb_ms']['mean']:.0f}×"),
         ("human mean response, no cache → cache (ms)", _pair(PAPER["human_ms"]),
          f"{slow['human']['ttfb_ms']['mean']:.3f} → {fast['human']['ttfb_ms']['mean']:.3f}"),
-        ("human change", f"−{1 - PAPER['human_ms'][1] / PAPER['human_ms'][0]:.0%}",
-         f"−{1 - fast['human']['ttfb_ms']['mean'] / slow['human']['ttfb_ms']['mean']:.0%}"),
+        ("human change", _signed(PAPER["human_ms"][1] / PAPER["human_ms"][0] - 1),
+         _signed(fast["human"]["ttfb_ms"]["mean"] / slow["human"]["ttfb_ms"]["mean"] - 1)),
         ("throughput, no cache → cache (requests/s)", _pair(PAPER["throughput"]),
          f"{direct['throughput_rps']:.1f} → {gated['throughput_rps']:.1f}"),
         ("throughput gain", f"{PAPER['throughput'][1] / PAPER['throughput'][0]:.2f}×",
@@ -86,6 +86,11 @@ def main() -> int:
     if args.out:
         args.out.write_text(table + "\n", encoding="utf-8")
     return 0
+
+
+def _signed(change: float) -> str:
+    """A relative change with one sign: "−31 %", "+4 %" (never "−-21%")."""
+    return f"{'−' if change < 0 else '+'}{abs(change):.0%}"
 
 
 def _pair(values: tuple[float, float]) -> str:

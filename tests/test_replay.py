@@ -140,3 +140,44 @@ def test_cli_replay_errors(log: Path, argv: list[str], message: str, capsys: pyt
 
     assert main(["replay", str(log), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_cli_replay_nothing_listening_is_a_failure_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from crawlergate.cli import main
+    from tests.conftest import free_port
+
+    log = tmp_path / "access.log"
+    log.write_text('1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET /t/1 HTTP/1.1" 200 10 "-" "Googlebot" 100\n' * 3)
+    assert main(["replay", str(log), "--target", f"http://127.0.0.1:{free_port()}", "--timeout", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "every request to http://127.0.0.1:" in err and "ConnectError" in err
+
+
+def test_cli_replay_refuses_concurrency_with_speed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from crawlergate.cli import main
+
+    log = tmp_path / "access.log"
+    log.write_text('1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET /t/1 HTTP/1.1" 200 10 "-" "Googlebot" 100\n')
+    argv = ["replay", str(log), "--target", "http://127.0.0.1:9", "--speed", "2", "--concurrency", "4"]
+    assert main(argv) == 2
+    assert "give one" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "words"),
+    [
+        pytest.param(100.0, 1.9, "53× faster", id="faster"),
+        pytest.param(2.0, 4.6, "2.30× slower", id="slower"),
+        pytest.param(5.0, 5.01, "as fast", id="same"),
+        pytest.param(0.0, 1.0, "n/a (no requests)", id="nothing"),
+    ],
+)
+def test_replay_comparison_says_the_direction_in_words(before: float, after: float, words: str) -> None:
+    from crawlergate.replay import rate_change, time_change
+
+    assert time_change(before, after) == words
+    assert (
+        rate_change(100.0, 184.0) == "1.84× more requests/s" and rate_change(184.0, 100.0) == "1.84× fewer requests/s"
+    )

@@ -34,7 +34,16 @@ from crawlergate.demo.trace import TraceSpec, structure_of, write_trace
 from crawlergate.errors import CrawlerGateError
 from crawlergate.logparse import LogReader
 from crawlergate.progress import Progress
-from crawlergate.replay import ReplayRequest, ReplayResult, format_summary, replay, report_html, requests_from_log
+from crawlergate.replay import (
+    ReplayRequest,
+    ReplayResult,
+    format_summary,
+    rate_change,
+    replay,
+    report_html,
+    requests_from_log,
+    time_change,
+)
 
 WARMING_AGENT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 # The open-loop latency phase offers the forum this share of the throughput it reached on its own.
@@ -169,9 +178,10 @@ def _comparison(closed: list[ReplayResult], opened: list[ReplayResult], stats: d
 
     def speedup(kind: str) -> str:
         before, after = slow[kind]["ttfb_ms"]["mean"], fast[kind]["ttfb_ms"]["mean"]
-        return f"{before:,.2f} → {after:,.2f} ms ({before / after if after else 0:,.1f}x faster)"
+        return f"{before:,.2f} → {after:,.2f} ms: the gate answered {kind}s {time_change(before, after)}"
 
-    human_change = 1 - fast["human"]["ttfb_ms"]["mean"] / slow["human"]["ttfb_ms"]["mean"]
+    human_before = slow["human"]["ttfb_ms"]["mean"]
+    human_change = 1 - fast["human"]["ttfb_ms"]["mean"] / human_before if human_before else 0.0
     return "\n".join(
         [
             "",
@@ -182,9 +192,9 @@ def _comparison(closed: list[ReplayResult], opened: list[ReplayResult], stats: d
             format_summary(opened),
             "",
             "result, forum alone → behind crawlergate:",
-            f"  throughput        {direct['throughput_rps']:,.1f} → {gated['throughput_rps']:,.1f} requests/s "
-            f"({gated['throughput_rps'] / direct['throughput_rps']:,.2f}x; paper 1.84x)",
-            f"  crawler mean TTFB {speedup('crawler')}; paper 118x",
+            f"  throughput        {direct['throughput_rps']:,.1f} → {gated['throughput_rps']:,.1f} requests/s: "
+            f"{rate_change(direct['throughput_rps'], gated['throughput_rps'])} behind the gate; paper 1.84× more",
+            f"  crawler mean TTFB {speedup('crawler')}; paper 118× faster",
             f"  human mean TTFB   {speedup('human')}, {abs(human_change):.0%} "
             f"{'lower' if human_change >= 0 else 'higher'}; paper 31 % lower",
             f"  crawler hit ratio {hits / lookups if lookups else 0:.1%} ({crawler['l1_hits']:,} L1, "
