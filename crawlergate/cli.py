@@ -303,10 +303,9 @@ def _run_analyze(args: argparse.Namespace) -> int:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    import asyncio
     import re
 
-    from crawlergate.replay import comparison, format_summary, replay, report_html, requests_from_log
+    from crawlergate.replay import comparison, format_summary, replay, report_html, requests_from_log, run_replay
 
     for url in filter(None, (args.target, args.compare)):
         if not re.match(r"^https?://[^/\s]+", url):
@@ -335,7 +334,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     results = []
     for url in filter(None, (args.target, args.compare)):
         with Progress(f"replay against {url}", total=len(requests), unit=" requests") as progress:
-            result = asyncio.run(
+            result = run_replay(
                 replay(
                     requests, url, concurrency=concurrency, speed=args.speed, timeout_s=args.timeout,
                     on_progress=lambda done, _: progress.update(done),

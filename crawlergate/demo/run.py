@@ -9,7 +9,6 @@ report. ``--serve`` leaves both running for a person to browse.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import os
@@ -42,6 +41,7 @@ from crawlergate.replay import (
     replay,
     report_html,
     requests_from_log,
+    run_replay,
     time_change,
 )
 
@@ -114,7 +114,7 @@ def running_experiment(spec: DemoSpec, settings: Settings, folder: Path | None) 
         warm = _warming_requests(db)
         say(f"warming L2 with all {len(warm):,} pages of the forum")
         with Progress("warming L2", total=len(warm), unit=" pages") as progress:
-            asyncio.run(replay(warm, gate, concurrency=4, on_progress=lambda done, _: progress.update(done)))
+            run_replay(replay(warm, gate, concurrency=4, on_progress=lambda done, _: progress.update(done)))
 
         trace = folder / "trace.log"
         write_trace(
@@ -208,7 +208,7 @@ def _replay(
     requests: list[ReplayRequest], url: str, *, label: str, concurrency: int = 8, speed: float | None = None
 ) -> ReplayResult:
     with Progress(f"replay, {label}", total=len(requests), unit=" requests") as progress:
-        result = asyncio.run(replay(requests, url, concurrency=concurrency, speed=speed,
+        result = run_replay(replay(requests, url, concurrency=concurrency, speed=speed,
                                     on_progress=lambda done, _: progress.update(done)))  # fmt: skip
     result.label = label
     return result
