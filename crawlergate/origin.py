@@ -177,7 +177,7 @@ class AsgiOrigin:
         ``client`` is the address of the visitor the fill is for; ``arrived_at`` the site the request
         was sent to, used only when no public site is configured.
         """
-        public = self.public or arrived_at or PublicSite("http", "localhost")
+        public = _public_site(self.public or arrived_at, target)
         try:
             with anyio.fail_after(self._timeout_s):
                 return await self._call(target, public, fill_client(client, self._fill_client))
@@ -259,7 +259,7 @@ class WsgiOrigin:
         self, target: str, *, client: str | None = None, arrived_at: PublicSite | None = None
     ) -> OriginResponse:
         """GET ``target`` as an anonymous guest of the public site (see AsgiOrigin.fetch_guest)."""
-        public = self.public or arrived_at or PublicSite("http", "localhost")
+        public = _public_site(self.public or arrived_at, target)
         address = fill_client(client, self._fill_client)
         raw_path, _, query = target.partition("?")
         name, _, port = public.host.rpartition(":") if public.host.count(":") == 1 else (public.host, "", "")
@@ -308,6 +308,14 @@ class WsgiOrigin:
             raise OriginError(f"{target}: the site sent no response")
         status, headers = started[0]
         return body.response(int(status.split(" ", 1)[0]), ((name.lower(), value) for name, value in headers))
+
+
+def _public_site(public: PublicSite | None, target: str) -> PublicSite:
+    if public is None:
+        raise OriginError(
+            f"{target}: no server.public_url, and the request named no server address to ask as; set server.public_url"
+        )
+    return public
 
 
 def _decoded(target: str, response: OriginResponse, max_bytes: int) -> OriginResponse:
