@@ -1,8 +1,9 @@
 """A stored guest page: gzip body plus the metadata needed to serve it, in one self-checking blob.
 
 The same bytes go to L1 and L2, so a page read from either is served without another lookup. The
-blob carries the body's length and CRC-32, so a page cut short on disk (a crash, a full disk) is
-detected on read and never served.
+blob carries the body's length and a CRC-32 of the whole record, metadata and body, so a page cut
+short or damaged on disk (a crash, a full disk, a flipped bit) is detected on read and never served;
+the status is range-checked too.
 
     page = Page.from_response(200, body, content_type="text/html", generated_at=time.time())
     Page.from_bytes(page.to_bytes()) == page
@@ -18,8 +19,10 @@ import zlib
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
-_MAGIC = b"CGP1"
-_HEADER = struct.Struct("!4sI")
+# CGP2: the CRC covers metadata and body (CGP1's covered the body alone; such pages read as corrupt
+# and are fetched again).
+_MAGIC = b"CGP2"
+_HEADER = struct.Struct("!4sII")
 # gzip level 6 is zlib's default: within a few percent of level 9 at a third of the CPU.
 GZIP_LEVEL = 6
 
@@ -87,30 +90,35 @@ class Page:
                 "x": self.expires_at,
                 "h": self.headers,
                 "n": len(self.body_gz),
-                "c": zlib.crc32(self.body_gz),
             },
             separators=(",", ":"),
         ).encode()
-        return _HEADER.pack(_MAGIC, len(meta)) + meta + self.body_gz
+        checksum = zlib.crc32(self.body_gz, zlib.crc32(meta))
+        return _HEADER.pack(_MAGIC, len(meta), checksum) + meta + self.body_gz
 
     @classmethod
     def from_bytes(cls, data: bytes, *, verify: bool = True) -> Page:
         """Parse a blob written by ``to_bytes``; raises CorruptPage when it is not whole.
 
-        ``verify=False`` skips the CRC (length is still checked): memcached and the in-process
-        store hand back whole values, so only pages read from disk need the checksum.
+        ``verify=False`` skips the CRC (lengths and ranges are still checked): memcached and the
+        in-process store hand back whole values, so only pages read from disk need the checksum.
         """
         try:
-            magic, meta_length = _HEADER.unpack_from(data)
+            magic, meta_length, checksum = _HEADER.unpack_from(data)
             if magic != _MAGIC:
-                raise CorruptPage("not a crawlergate page")
+                raise CorruptPage("not a crawlergate page of this version")
             start = _HEADER.size + meta_length
+            if verify and zlib.crc32(memoryview(data)[_HEADER.size :]) != checksum:
+                raise CorruptPage("bad checksum")
             meta = json.loads(data[_HEADER.size : start])
             body = data[start:]
-            if len(body) != meta["n"] or (verify and zlib.crc32(body) != meta["c"]):
-                raise CorruptPage(f"body is {len(body)} bytes or has a bad checksum; expected {meta['n']}")
+            if len(body) != meta["n"]:
+                raise CorruptPage(f"body is {len(body)} bytes; expected {meta['n']}")
+            status = int(meta["s"])
+            if not 200 <= status <= 599:
+                raise CorruptPage(f"status {status} is no answer a page can have")
             return cls(
-                status=int(meta["s"]),
+                status=status,
                 body_gz=body,
                 content_type=str(meta["ct"]),
                 etag=str(meta["et"]),

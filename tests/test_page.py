@@ -40,3 +40,30 @@ def test_page_etag_depends_on_content_only() -> None:
 def test_page_damaged_bytes_are_detected(damage) -> None:
     with pytest.raises(CorruptPage):
         Page.from_bytes(damage(_page().to_bytes()))
+
+
+def test_page_checksum_covers_metadata() -> None:
+    data = bytearray(_page().to_bytes())
+    status_at = data.index(b'"s":200') + len(b'"s":')
+    data[status_at : status_at + 3] = b"203"  # a flipped digit in the metadata, body untouched
+    with pytest.raises(CorruptPage, match="checksum"):
+        Page.from_bytes(bytes(data))
+
+
+def test_page_random_bit_flips_are_always_detected() -> None:
+    import random
+
+    rng = random.Random(11)
+    original = _page(b"<html>" + b"text " * 400 + b"</html>").to_bytes()
+    for _ in range(1000):
+        data = bytearray(original)
+        position = rng.randrange(len(data))
+        data[position] ^= 1 << rng.randrange(8)
+        with pytest.raises(CorruptPage):
+            Page.from_bytes(bytes(data))
+
+
+def test_page_status_out_of_range_is_corrupt_even_unverified() -> None:
+    page = Page.from_response(20, b"x", content_type="text/html", generated_at=1, ttl_seconds=1)
+    with pytest.raises(CorruptPage, match="status 20"):
+        Page.from_bytes(page.to_bytes(), verify=False)
