@@ -10,6 +10,7 @@ on a laptop, so ``Settings()`` is a valid configuration.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import ipaddress
 import os
 import re
@@ -231,6 +232,9 @@ class L1Settings:
     """The fast level: memcached servers, or the embedded in-process LRU when none is given."""
 
     memcached: tuple[str, ...] = ()
+    # Part of every memcached key, so sites sharing a memcached cluster never serve each other's pages.
+    # Empty: derived from server.public_url (or server.origin); set it to tell staging from production.
+    namespace: str = ""
     max_bytes: int = 64 * 1024 * 1024
     # memcached's default item size limit (-I 1m).
     item_max_bytes: int = 1024 * 1024
@@ -243,6 +247,8 @@ class L1Settings:
 
     def __post_init__(self) -> None:
         _require(self.local_ttl_ms >= 0, "l1.local_ttl_ms", self.local_ttl_ms, "Must be zero or a positive number.")
+        if self.namespace and not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", self.namespace):
+            _fail("l1.namespace", self.namespace, "Must be 1 to 64 letters, digits, '.', '_' or '-'.")
         for server in self.memcached:
             if not re.fullmatch(r"[^\s:]+:\d{1,5}", server):
                 _fail("l1.memcached", server, "Each server must be HOST:PORT, e.g. 127.0.0.1:11211.")
@@ -334,6 +340,14 @@ class Settings:
     l2: L2Settings = field(default_factory=L2Settings)
     cache: CacheSettings = field(default_factory=CacheSettings)
     admin: AdminSettings = field(default_factory=AdminSettings)
+
+    @property
+    def l1_namespace(self) -> str:
+        """The L1 key namespace: as set, else a digest of the public URL (or the origin), else none."""
+        if self.l1.namespace:
+            return self.l1.namespace
+        site = self.server.public_url or self.server.origin
+        return hashlib.blake2b(site.lower().encode(), digest_size=5).hexdigest() if site else ""
 
     @property
     def cache_dir(self) -> Path:

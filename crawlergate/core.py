@@ -268,6 +268,7 @@ def build_cache(settings: Settings, metrics: Metrics) -> TwoLevelCache:
             timeout_s=settings.l1.timeout_ms / 1000,
             dead_retry_seconds=settings.l1.dead_retry_seconds,
             item_max_bytes=settings.l1.item_max_bytes,
+            namespace=settings.l1_namespace,
         )
     else:
         l1 = MemoryStore(settings.l1.max_bytes, item_max_bytes=settings.l1.item_max_bytes)

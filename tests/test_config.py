@@ -113,3 +113,13 @@ def test_config_public_url_and_its_alias(environ: dict[str, str], public_url: st
 def test_config_real_site_settings_are_checked(environ: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_settings(None, environ)
+
+
+def test_config_l1_namespace_from_the_public_url_or_given() -> None:
+    one = load_settings(None, {"CRAWLERGATE_SERVER_PUBLIC_URL": "https://forum.example"})
+    other = load_settings(None, {"CRAWLERGATE_SERVER_PUBLIC_URL": "https://wiki.example"})
+    assert one.l1_namespace and one.l1_namespace != other.l1_namespace
+    assert load_settings(None, {"CRAWLERGATE_L1_NAMESPACE": "staging"}).l1_namespace == "staging"
+    assert load_settings(None, {}).l1_namespace == ""
+    with pytest.raises(ConfigError, match="l1.namespace"):
+        load_settings(None, {"CRAWLERGATE_L1_NAMESPACE": "a b"})

@@ -35,6 +35,7 @@ class MemcachedStore:
         connect_timeout_s, timeout_s: socket timeouts of every call.
         dead_retry_seconds: how long a failed server is skipped.
         item_max_bytes: values larger than this skip L1 (memcached refuses items over its ``-I`` limit).
+        namespace: part of every key, so several sites (or staging and production) share servers safely.
         clock: monotonic time, injectable for tests.
     """
 
@@ -46,11 +47,13 @@ class MemcachedStore:
         timeout_s: float = 0.05,
         dead_retry_seconds: float = 10.0,
         item_max_bytes: int = 1024 * 1024,
+        namespace: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not servers:
             raise ConfigError("MemcachedStore needs at least one server (setting 'l1.memcached').")
         self.item_max_bytes = item_max_bytes
+        self._prefix = f"{KEY_PREFIX}{namespace}:" if namespace else KEY_PREFIX
         self._dead_retry = dead_retry_seconds
         self._clock = clock
         self._clients: dict[str, PooledClient] = {}
@@ -96,7 +99,7 @@ class MemcachedStore:
         if dead_until is not None and self._clock() < dead_until:
             raise StoreUnavailable(f"memcached {server} is skipped after a failure")
         try:
-            result = operation(self._clients[server], KEY_PREFIX + key)
+            result = operation(self._clients[server], self._prefix + key)
         except (OSError, MemcacheError) as exc:
             self._mark_dead(server, exc)
             raise StoreUnavailable(f"memcached {server}: {exc}") from exc
@@ -110,5 +113,9 @@ class MemcachedStore:
         with self._lock:
             first = server not in self._dead_until
             self._dead_until[server] = self._clock() + self._dead_retry
+        # Every pooled connection of a failed server is suspect (a restarted memcached leaves them all
+        # broken): dropping the pool lets the first call after the back-off connect afresh and succeed,
+        # instead of each stale connection failing in turn, one back-off window each.
+        self._clients[server].close()
         if first:
             logger.warning("L1 server %s marked dead for %.0f s: %s", server, self._dead_retry, exc)

@@ -79,3 +79,31 @@ def test_memcached_store_refused_connection_is_unavailable() -> None:
     with pytest.raises(StoreUnavailable):
         store.get("k")
     store.close()
+
+
+def test_memcached_store_namespaces_keep_sites_apart(memcached_server: MemcachedServer) -> None:
+    forum = MemcachedStore([memcached_server.address], namespace="forum")
+    wiki = MemcachedStore([memcached_server.address], namespace="wiki")
+    forum_again = MemcachedStore([memcached_server.address], namespace="forum")
+    forum.set("page", b"forum page")
+    assert wiki.get("page") is None and forum_again.get("page") == b"forum page"
+    for store in (forum, wiki, forum_again):
+        store.close()
+
+
+def test_memcached_store_recovers_at_once_after_a_restart(memcached_server: MemcachedServer) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    clock = FakeClock()
+    store = MemcachedStore([memcached_server.address], dead_retry_seconds=10, clock=clock)
+    store.set("k", b"v")
+    with ThreadPoolExecutor(8) as pool:  # eight pooled connections
+        assert list(pool.map(lambda _: store.get("k"), range(64))) == [b"v"] * 64
+    memcached_server.stop()
+    memcached_server.start()
+    with pytest.raises(StoreUnavailable):
+        store.get("k")  # one stale connection fails: the server leaves rotation, its pool is dropped
+    clock.now += 11
+    with ThreadPoolExecutor(8) as pool:  # every call after the back-off succeeds, none meets a stale socket
+        assert list(pool.map(lambda _: store.get("k"), range(64))) == [None] * 64
+    store.close()
