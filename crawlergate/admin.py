@@ -8,6 +8,7 @@ forwards for, not the proxy itself), and, when a token is configured, whoever pr
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -16,8 +17,6 @@ from starlette.types import Receive, Scope, Send
 
 from crawlergate.forwarded import TrustedProxies
 from crawlergate.serve import Response, send_response
-
-_LOOPBACK_PREFIXES = ("127.", "::1", "localhost")
 
 
 class AdminEndpoints:
@@ -70,13 +69,23 @@ class AdminEndpoints:
     def _allowed(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> bool:
         # Behind an nginx on the same host every peer is loopback: the forwarded client is what counts.
         client_host = self._trusted.client(peer, headers)
-        if client_host is None or client_host.startswith(_LOOPBACK_PREFIXES):
+        if _is_loopback(client_host):
             return True
         if not self._token:
             return False
         for header, value in headers:
             if header == b"authorization" and value.startswith(b"Bearer "):
                 return hmac.compare_digest(value[7:].strip(), self._token)
+        return False
+
+
+def _is_loopback(host: str | None) -> bool:
+    # No address at all (a Unix socket) is not loopback: whoever is behind it cannot be told apart.
+    if host is None:
+        return False
+    try:
+        return ipaddress.ip_address(host.removeprefix("::ffff:")).is_loopback
+    except ValueError:
         return False
 
 

@@ -51,6 +51,20 @@ HOP_BY_HOP = frozenset(
     }
 )
 _FORWARDED = (b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host")
+# Other headers a client may write to claim an address or scheme: believed only from trusted proxies.
+_CLAIMS = (
+    *_FORWARDED,
+    b"forwarded",
+    b"x-real-ip",
+    b"x-client-ip",
+    b"true-client-ip",
+    b"cf-connecting-ip",
+    b"fastly-client-ip",
+    b"x-cluster-client-ip",
+    b"x-forwarded-port",
+    b"x-forwarded-scheme",
+    b"x-original-forwarded-for",
+)
 # The server in front (uvicorn here) writes its own; passing the origin's too would send two of each.
 _ORIGIN_ONLY = (b"date", b"server")
 # Response headers that may carry an absolute URL of the origin.
@@ -196,7 +210,7 @@ class ReverseProxy:
         # A fill's forwarding headers are the gate's own: they say whom it fetches for, as they are.
         fill = FILL_EXTENSION in scope.get("extensions", {})
         trusted = fill or client_ip in self._trusted
-        headers = _without_hop_by_hop(scope["headers"], drop=_FORWARDED if not trusted else ())
+        headers = _without_hop_by_hop(scope["headers"], drop=_CLAIMS if not trusted else ())
         incoming = dict(headers)
         forwarded_for = incoming.get(b"x-forwarded-for")
         if fill and forwarded_for:

@@ -546,3 +546,20 @@ def test_proxy_client_leaving_a_stream_releases_the_origin(tmp_path: Path) -> No
     finally:
         proxy.stop()
         origin.stop()
+
+
+def test_proxy_address_claims_of_untrusted_clients_never_reach_the_origin(echo: ServerThread, tmp_path: Path) -> None:
+    proxy = _proxy(echo.url, tmp_path, trusted_proxies=())
+    claims = {
+        "x-real-ip": "1.2.3.4",
+        "forwarded": "for=1.2.3.4;proto=https",
+        "x-client-ip": "1.2.3.4",
+        "true-client-ip": "1.2.3.4",
+        "cf-connecting-ip": "1.2.3.4",
+    }
+    try:
+        seen = httpx.get(f"{proxy.url}/echo/x", headers={**FIREFOX, **claims}).json()["headers"]
+    finally:
+        proxy.stop()
+    assert not set(claims) & set(seen)
+    assert seen["x-forwarded-for"] == "127.0.0.1"
