@@ -28,6 +28,9 @@ from crawlergate.rules import CacheRules, SiteProfile, load_cache_rules, load_si
 MAX_TARGET_CHARS = 2048
 
 KEY_MEMO_SIZE = 65536
+# Only URLs up to this length are memoised, so the memo holds at most ~65536 x 2 x 512 bytes of URLs
+# whatever a client sends; longer (rare) ones are normalised each time.
+MEMO_MAX_CHARS = 512
 
 _ESCAPE = re.compile(rb"%([0-9A-Fa-f]{2})")
 # Queries made only of these need no decoding or re-encoding.
@@ -67,7 +70,11 @@ class KeyMaker:
         path = resolve_rule_files(settings.classify.rules_dir, (settings.cache.rules_file,), ())[0]
         if profiles is None:
             profiles = load_site_profiles(settings.classify.rules_dir, settings.cache.sites)
-        return cls(load_cache_rules(path, profiles), admin_prefix=settings.admin.prefix)
+        return cls(
+            load_cache_rules(path, profiles),
+            admin_prefix=settings.admin.prefix,
+            max_target_chars=settings.cache.max_target_chars,
+        )
 
     def why_not_cacheable(self, raw_path: bytes, query_string: bytes = b"") -> str:
         """A sentence saying why a URL has no key (for ``crawlergate check``); empty when it has one."""
@@ -96,8 +103,11 @@ class KeyMaker:
 
     def key_for(self, raw_path: bytes, query_string: bytes = b"") -> CacheKey | None:
         """The key of a GET/HEAD request, or None when the URL is not cacheable."""
-        if len(raw_path) + len(query_string) > self._max_target_chars:
+        length = len(raw_path) + len(query_string)
+        if length > self._max_target_chars:
             return None
+        if length > MEMO_MAX_CHARS:
+            return self._key_for(raw_path, query_string)
         return self._memo(raw_path, query_string)
 
     def _key_for(self, raw_path: bytes, query_string: bytes) -> CacheKey | None:

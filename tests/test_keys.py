@@ -103,3 +103,13 @@ def test_keys_mediawiki_profile_in_every_url_layout(raw_path: bytes, query: byte
     keys = KeyMaker(load_cache_rules(default_rules_dir() / "cache.toml", profiles), admin_prefix="/_crawlergate")
     assert (keys.key_for(raw_path, query) is not None) is cacheable
     assert (keys.why_not_cacheable(raw_path, query) == "") is cacheable
+
+
+def test_keys_from_settings_honour_max_target_chars() -> None:
+    from crawlergate.config import CacheSettings, Settings
+
+    keys = KeyMaker.from_settings(Settings(cache=CacheSettings(max_target_chars=8192)))
+    long_query = b"q=" + b"x" * 5000
+    key = keys.key_for(b"/results", long_query)
+    assert key is not None and key.target.endswith("x" * 10)
+    assert keys.key_for(b"/page", b"q=" + b"x" * 9000) is None
