@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 # Prefetches are small (a touch, maybe a file read and an add): two threads keep up with a busy site.
 PREFETCH_THREADS = 2
+# Fills at once, across pages: a site that hangs holds at most these threads, never the server's.
+FILL_THREADS = 8
 _PATH_SAFE = "/:@!$&'()*+,;=~"
 
 
@@ -81,6 +83,7 @@ class CrawlerGateWSGI:
         self._fills: dict[str, _Flight] = {}
         self._fills_lock = threading.Lock()
         self._prefetcher = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="crawlergate-prefetch")
+        self._filler = ThreadPoolExecutor(max_workers=FILL_THREADS, thread_name_prefix="crawlergate-fill")
         self._pending: set[Future[bool]] = set()
 
     def start(self) -> None:
@@ -94,6 +97,7 @@ class CrawlerGateWSGI:
     def close(self) -> None:
         """Finish queued prefetches and release the stores."""
         self._prefetcher.shutdown(wait=True)
+        self._filler.shutdown(wait=False, cancel_futures=True)
         self.core.close()
 
     def mark_changed(self, url: str) -> int:
@@ -147,8 +151,19 @@ class CrawlerGateWSGI:
                 waiting.error = OriginTimeout(f"{key.target}: still being fetched by another request")
                 return waiting
             return flight
+        # The fill runs in a pool thread so the deadline holds however long the site takes: the request
+        # answers stale or 504 in time, and the fill may still finish and store the page in the background.
+        client = self.core.client_address(
+            environ.get("REMOTE_ADDR"), [(b"x-forwarded-for", environ.get("HTTP_X_FORWARDED_FOR", "").encode())]
+        )
+        arrived_at = PublicSite.from_server(
+            environ.get("wsgi.url_scheme", "http"), (environ.get("SERVER_NAME", ""), environ.get("SERVER_PORT"))
+        )
         try:
-            flight.result = self._fill(key, environ)
+            deadline = self.settings.cache.fill_timeout_seconds
+            flight.result = self._filler.submit(self._fill, key, client, arrived_at).result(timeout=deadline)
+        except FutureTimeout:
+            flight.error = OriginTimeout(f"{key.target}: the site did not answer within {deadline:g} s")
         except OriginError as exc:
             flight.error = exc
         finally:
@@ -157,18 +172,10 @@ class CrawlerGateWSGI:
             flight.done.set()
         return flight
 
-    def _fill(self, key: CacheKey, environ: WSGIEnvironment) -> Page | Unstored:
+    def _fill(self, key: CacheKey, client: str | None, arrived_at: PublicSite) -> Page | Unstored:
         self.metrics.origin_fetches += 1
         try:
-            response = self.origin.fetch_guest(
-                key.target,
-                client=self.core.client_address(
-                    environ.get("REMOTE_ADDR"), [(b"x-forwarded-for", environ.get("HTTP_X_FORWARDED_FOR", "").encode())]
-                ),
-                arrived_at=PublicSite.from_server(
-                    environ.get("wsgi.url_scheme", "http"), (environ.get("SERVER_NAME", ""), environ.get("SERVER_PORT"))
-                ),
-            )
+            response = self.origin.fetch_guest(key.target, client=client, arrived_at=arrived_at)
         except OriginError as exc:
             self.metrics.origin_errors += 1
             self.metrics.count_not_stored("too-big" if isinstance(exc, PageTooLarge) else "origin-error")

@@ -236,3 +236,37 @@ async def test_wsgi_under_a_real_server_matches_the_asgi_gate(real_wsgi_server: 
             wsgi_outcomes.append((response.status_code, response.headers["x-crawlergate"]))
     assert wsgi_outcomes == asgi_outcomes
     assert [outcome for _, outcome in wsgi_outcomes][:3] == ["miss", "l1-hit", "l1-hit"]
+
+
+def test_wsgi_fill_deadline_holds_when_the_site_hangs(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def hanging_site(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        if environ["PATH_INFO"] == "/hang":
+            release.wait(10)  # bounded: the test releases it
+        start_response("200 OK", [("Content-Type", "text/html")])
+        return [b"<p>late page</p>"]
+
+    settings = _settings(tmp_path, cache=CacheSettings(fill_timeout_seconds=0.3))
+    gate = CrawlerGateWSGI(hanging_site, settings=settings)
+    try:
+        with _client(gate) as client:
+            started = time.perf_counter()
+            hung = client.get("/hang", headers=GOOGLEBOT)
+            elapsed = time.perf_counter() - started
+            health = client.get("/_crawlergate/healthz")
+            release.set()
+            for _ in range(100):  # the fill finishes in the background and stores the page
+                if gate.cache.l2.contains(gate.core.keys.key_for(b"/hang").digest):  # type: ignore[union-attr]
+                    break
+                time.sleep(0.05)
+            later = client.get("/hang", headers=GOOGLEBOT)
+    finally:
+        release.set()
+        gate.close()
+    assert hung.status_code == 504 and elapsed < 3
+    assert health.status_code == 200
+    assert later.headers["x-crawlergate"] in ("l1-hit", "l2-hit") and later.text == "<p>late page</p>"
