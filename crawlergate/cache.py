@@ -30,9 +30,11 @@ from crawlergate.stores.memory import MemoryStore
 
 logger = logging.getLogger(__name__)
 
-# Parsed L1 pages kept per process, so a hot page is decoded once, not per request. With memcached
-# this holds copies of up to this many pages (about 17 MB at 17 KB each); the embedded store shares them.
+# Parsed L1 pages kept per process, so a hot page is decoded once, not per request: at most this many
+# pages and this many bytes (a page counts twice: the stored bytes and the parsed body), so memory is
+# bounded by settings, not by traffic (1,100 distinct 1 MB pages once took 2 GB here).
 DECODED_PAGES = 1024
+DECODED_MAX_BYTES = 32 * 1024 * 1024
 
 Level = Literal["l1", "l2"]
 
@@ -67,6 +69,7 @@ class TwoLevelCache:
         self._monotonic = monotonic
         self._fills: dict[str, asyncio.Future[object]] = {}
         self._decoded: OrderedDict[str, tuple[bytes, Found, float]] = OrderedDict()
+        self._decoded_bytes = 0
 
     def start(self) -> None:
         self.l2.start()
@@ -87,7 +90,7 @@ class TwoLevelCache:
             return decoded[1]
         data = self._get(self.l1, key, kind)
         if data is None:
-            self._decoded.pop(key.digest, None)
+            self._forget(key.digest)
             return None
         # The embedded store returns the very object it holds; memcached returns equal bytes.
         if decoded is not None and (decoded[0] is data or decoded[0] == data):
@@ -98,10 +101,19 @@ class TwoLevelCache:
         if page is None:
             return None
         found = Found(page, "l1")
-        self._decoded[key.digest] = (data, found, now)
-        if len(self._decoded) > DECODED_PAGES:
-            self._decoded.popitem(last=False)
+        self._forget(key.digest)
+        if 2 * len(data) <= DECODED_MAX_BYTES:
+            self._decoded[key.digest] = (data, found, now)
+            self._decoded_bytes += 2 * len(data)
+            while len(self._decoded) > DECODED_PAGES or self._decoded_bytes > DECODED_MAX_BYTES:
+                _, (evicted, _, _) = self._decoded.popitem(last=False)
+                self._decoded_bytes -= 2 * len(evicted)
         return found
+
+    def _forget(self, digest: str) -> None:
+        entry = self._decoded.pop(digest, None)
+        if entry is not None:
+            self._decoded_bytes -= 2 * len(entry[0])
 
     def lookup_l2(self, key: CacheKey, kind: str = "crawler") -> Found | None:
         """The L2 copy, promoted into L1 on the way."""
@@ -121,7 +133,7 @@ class TwoLevelCache:
 
     def store(self, key: CacheKey, page: Page) -> None:
         """Write-through: L2 first (the copy that survives), then L1."""
-        self._decoded.pop(key.digest, None)
+        self._forget(key.digest)
         data = page.to_bytes()
         self._put(self.l2, key, data, "crawler")
         self._put(self.l1, key, data, "crawler")
@@ -151,7 +163,7 @@ class TwoLevelCache:
         return added
 
     def invalidate(self, key: CacheKey) -> None:
-        self._decoded.pop(key.digest, None)
+        self._forget(key.digest)
         for store in (self.l1, self.l2):
             try:
                 store.delete(key.digest)

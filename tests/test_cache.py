@@ -55,3 +55,25 @@ def test_cache_without_local_ttl_asks_l1_every_time(tmp_path: Path) -> None:
     found = cache.lookup(KEY)
     assert found is not None and found.level == "l2"
     assert cache.lookup_l1(KEY) is not None  # promoted
+
+
+def test_cache_decoded_memo_is_bounded_in_bytes(tmp_path) -> None:
+    from crawlergate.cache import DECODED_MAX_BYTES, TwoLevelCache
+    from crawlergate.keys import CacheKey
+    from crawlergate.metrics import Metrics
+    from crawlergate.page import Page
+    from crawlergate.stores.disk import DiskStore
+    from crawlergate.stores.memory import MemoryStore
+
+    cache = TwoLevelCache(
+        MemoryStore(512 * 1024 * 1024, item_max_bytes=4 * 1024 * 1024), DiskStore(tmp_path, max_bytes=10**9), Metrics()
+    )
+    cache.start()
+    for number in range(60):
+        page = Page.from_response(200, bytes(range(256)) * 4096 + bytes([number]), content_type="x",
+                                  generated_at=1, ttl_seconds=10**9)  # fmt: skip
+        key = CacheKey(f"/big/{number}", f"{number:032x}")
+        cache.store(key, page)
+        assert cache.lookup_l1(key) is not None
+    assert cache._decoded_bytes <= DECODED_MAX_BYTES
+    assert cache._decoded_bytes == sum(2 * len(entry[0]) for entry in cache._decoded.values())
