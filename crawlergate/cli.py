@@ -572,6 +572,12 @@ def _open_log(args: argparse.Namespace) -> LogReader:
     """A reader of ``args.log`` whose format is known (detected or given), after one line saying which it is."""
     reader = LogReader(args.log, args.format)
     print(f"{args.log.name}: read as {reader.format.description}", file=sys.stderr)
+    if not reader.format.has_user_agent:
+        raise CrawlerGateError(
+            f"Log file '{args.log}' records no user agents ({reader.format.description}), so crawlers cannot be "
+            "told from people in it. Log them: nginx/Apache 'combined', IIS cs(User-Agent), Traefik "
+            "accessLog.fields.headers.names.User-Agent=keep."
+        )
     return reader
 
 

@@ -58,6 +58,7 @@ class JsonFormat:
             raise ConfigError(f"A JSON log format needs {wanted}; map them, e.g. --format 'json:time=@timestamp'.")
         self.spec = "json:" + ",".join(f"{field}={name}" for field, name in sorted(self.names.items()))
         self.has_duration = "duration" in self.names
+        self.has_user_agent = "user_agent" in self.names
         self.description = f"JSON lines ({_flavour(self.names)}, {len(self.names)} fields known)"
 
     @classmethod

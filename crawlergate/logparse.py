@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TypeVar
@@ -54,6 +55,7 @@ SAMPLE_LINES = 200
 MALFORMED_WARNING_SHARE = 0.05
 # A response-time column is one that holds a number in at least this share of the sampled lines.
 _DURATION_SHARE = 0.8
+_MILLISECONDS = re.compile(r"\d+(?:\.\d+)?ms")
 _GZIP_MAGIC = b"\x1f\x8b"
 _FORMATS_READ = (
     "nginx/Apache combined or common (extra fields and a vhost prefix allowed), JSON lines (Caddy, nginx, "
@@ -120,19 +122,26 @@ def _detect_text(lines: list[str]) -> LogFormat | None:
 
 
 def _duration_field(rows: list[list[tuple[str, bool]]], extra: int) -> tuple[int | None, str]:
-    """Which trailing field holds the response time: the first that is a number in nearly every line.
+    """Which trailing field holds the response time, and its unit; (None, "s") when the log does not say.
 
-    A decimal point means seconds (nginx $request_time); integers mean microseconds (Apache %D), unless
-    none reaches 100, which is Apache's %T in seconds.
+    A field of decimal numbers is seconds (nginx's $request_time), of ``57ms`` values milliseconds
+    (Traefik); the first such field wins. Integers alone are ambiguous (byte counts, request
+    lengths and counters are integers too), so they are read as Apache's %D, in microseconds, only
+    when they are the one and only trailing field, as in Apache's ``combined`` + %D.
     """
     for position in range(extra):
-        values = [time_value(row[position][0]) for row in rows if position < len(row)]
-        numbers = [value for value in values if value is not None]
-        if len(numbers) < _DURATION_SHARE * len(rows):
+        values = [row[position][0] for row in rows if position < len(row)]
+        if len(values) < _DURATION_SHARE * len(rows):
             continue
-        if any("." in number for number in numbers):
+        if sum(1 for value in values if _MILLISECONDS.fullmatch(value)) >= _DURATION_SHARE * len(rows):
+            return position, "ms"
+        numbers = [number for number in map(time_value, values) if number is not None]
+        if len(numbers) >= _DURATION_SHARE * len(rows) and any("." in number for number in numbers):
             return position, "s"
-        return position, ("s" if max(int(number) for number in numbers) < 100 else "us")
+    if extra == 1:
+        only = [time_value(row[0][0]) for row in rows if row and not row[0][1]]
+        if only and all(number is not None and "." not in number for number in only):
+            return 0, "us"
     return None, "s"
 
 

@@ -47,6 +47,8 @@ class AccessLogFormat(Protocol):
     # What a person reads: "nginx/Apache combined + 1 extra field (response time in seconds)".
     description: str
     has_duration: bool
+    # False when the log does not record user agents: crawlers cannot be told from people in it.
+    has_user_agent: bool
 
     def parse(self, line: str) -> LogRecord | None:
         """The record of one line, or None when the line is not a request in this format."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from crawlergate.errors import ConfigError
-from crawlergate.logrecord import FieldRow, LogRecord, blank_lines, split_request
+from crawlergate.logrecord import FieldRow, LogRecord, blank_lines, parse_iso_time, split_request
 
 # LogFormat strings of the presets. The trailing time field is Apache's %D (microseconds) or %T
 # (seconds), or nginx's $request_time (seconds, millisecond resolution).
@@ -38,17 +38,25 @@ AUTO = "auto"
 
 # "Unrolling the loop" (Friedl): no alternation per character, ~5x faster than (?:[^"\\]|\\.)*.
 _QUOTED = r'"([^"\\]*(?:\\.[^"\\]*)*)"'
+_ADDRESSES = r"(\S+(?:, \S+)*)"
 _FIELDS: dict[str, tuple[str, str | None]] = {
     # directive: (regex, record field)
-    "%h": (r"(\S+)", "host"),
+    # A client address field may hold an X-Forwarded-For list ("203.0.113.5, 10.0.0.2").
+    "%h": (_ADDRESSES, "host"),
     "%v": (r"\S+", None),
-    "$remote_addr": (r"(\S+)", "host"),
+    "$remote_addr": (_ADDRESSES, "host"),
+    "$http_x_forwarded_for": (_ADDRESSES, "host"),
+    "%{X-Forwarded-For}i": (_ADDRESSES, "host"),
     "%a": (r"(\S+)", "host"),
     "%l": (r"\S+", None),
     "%u": (r"(\S+)", "user"),
     "$remote_user": (r"(\S+)", "user"),
     "%t": (r"\[([^\]]+)\]", "time"),
     "[$time_local]": (r"\[([^\]]+)\]", "time"),
+    "[$time_iso8601]": (r"\[([^\]]+)\]", "time"),
+    "$time_iso8601": (r"(\S+)", "time"),
+    "$time_local": (r"(\S+ [+-]\d{4})", "time"),
+    "$msec": (r"(\d+(?:\.\d+)?)", "time"),
     '"%r"': (_QUOTED, "request"),
     '"$request"': (_QUOTED, "request"),
     "%>s": (r"(\d{3})", "status"),
@@ -66,9 +74,10 @@ _FIELDS: dict[str, tuple[str, str | None]] = {
     "%D": (r"(\d+)", "micros"),
     "%T": (r"(\d+)", "seconds"),
     "$request_time": (r"(\d+(?:\.\d+)?)", "seconds"),
-    "$upstream_response_time": (r"(\d+(?:\.\d+)?|-)", "seconds"),
+    # One time per upstream tried ("0.002, 0.072"): the first is read.
+    "$upstream_response_time": (r"(\d+(?:\.\d+)?|-)(?:, (?:\d+(?:\.\d+)?|-))*", "seconds"),
 }
-_DIRECTIVE = re.compile(r'"[%$][^"]+"|\[\$time_local\]|%>s|%\{[^}]+\}[ioe]|%[a-zA-Z]|\$[a-z_]+')
+_DIRECTIVE = re.compile(r'"[%$][^"]+"|\[\$time_(?:local|iso8601)\]|%>s|%\{[^}]+\}[ioe]|%[a-zA-Z]|\$[a-z_0-9]+')
 _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _MONTHS = {name: number for number, name in enumerate(_MONTH_NAMES, start=1)}
 # Trailing fields after the last known one: anything up to the end of the line.
@@ -76,7 +85,7 @@ _TAIL = r"((?: [^\n]*)?)"
 _TAIL_TOKEN = re.compile(r'"((?:[^"\\]|\\.)*)"|(\S+)')
 # A response time as servers write it: 0.004 (nginx), 1500 (Apache %D), rt=0.004 (labelled nginx formats).
 _TIME_VALUE = re.compile(r"(?:[A-Za-z_]+[=:])?(\d+(?:\.\d+)?)")
-_LAYOUT_SPEC = re.compile(r"text:(combined|common)(,vhost)?,extra=(\d+)(?:,duration=(\d+)(s|us))?")
+_LAYOUT_SPEC = re.compile(r"text:(combined|common)(,vhost)?,extra=(\d+)(?:,duration=(\d+)(s|ms|us))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +119,7 @@ class TextLayout:
         if self.extra_fields:
             text += f" + {self.extra_fields} extra field{'s' if self.extra_fields > 1 else ''}"
         if self.duration_field is not None:
-            unit = "seconds" if self.duration_unit == "s" else "microseconds"
+            unit = {"s": "seconds", "ms": "milliseconds", "us": "microseconds"}[self.duration_unit]
             text += f" (response time in extra field {self.duration_field + 1}, {unit})"
         else:
             text += " (no response-time field)"
@@ -138,6 +147,7 @@ class LogFormat:
         self._pattern, self._fields = _compile_format(text, tail)
         if tail:
             self._fields.append("tail")
+        self.has_user_agent = "user_agent" in self._fields
         self.has_duration = any(f in {"micros", "seconds"} for f in self._fields) or (
             spec == AUTO or (layout is not None and layout.duration_field is not None)
         )
@@ -163,7 +173,7 @@ class LogFormat:
         if split is None:
             return None
         method, target = split
-        timestamp = parse_log_time(values["time"]) if "time" in values else 0.0
+        timestamp = any_log_time(values["time"]) if "time" in values else 0.0
         if timestamp is None:
             return None
         size = values.get("bytes")
@@ -182,7 +192,7 @@ class LogFormat:
 
     def day_of(self, when: str) -> int | None:
         # Only the date ("10/Oct/2000") decides the day; noon keeps any zone offset within it.
-        stamp = _date_stamp(when[:11])
+        stamp = _date_stamp(when[:11]) if "/" in when[:6] else any_log_time(when)
         return None if stamp is None else int(stamp // 86_400)
 
     def ignored_lines(self, text: str) -> int:
@@ -248,7 +258,8 @@ def _compile_format(text: str, tail: str = "") -> tuple[re.Pattern[str], list[st
         directive = match.group()
         if directive not in _FIELDS:
             quoted = directive.startswith('"')
-            parts.append(_QUOTED if quoted else r"\S+")
+            # An unknown variable may be empty ("[]") or a list ("a, b") in nginx logs.
+            parts.append(_QUOTED if quoted else r"(?:[^\s,\]]+(?:, [^\s,\]]+)*)?")
             if quoted:
                 fields.append("ignored")
         else:
@@ -284,17 +295,28 @@ def parse_log_time(text: str) -> float | None:
     return moment.timestamp()
 
 
+def any_log_time(text: str) -> float | None:
+    """A time as web servers write it: Apache/nginx ``10/Oct/2000:13:55:36 -0700``, ISO 8601, or epoch seconds."""
+    if "/" in text[:6]:
+        return parse_log_time(text)
+    if text[:1].isdigit() and "-" not in text[:6]:
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return parse_iso_time(text)
+
+
 @functools.lru_cache(maxsize=1024)
 def _date_stamp(date: str) -> float | None:
     return parse_log_time(date + ":12:00:00 +0000")
 
 
 def _seconds(token: str, unit: str) -> float | None:
-    match = _TIME_VALUE.fullmatch(token)
+    match = _TIME_VALUE.fullmatch(token.removesuffix("ms") if unit == "ms" else token)
     if match is None:
         return None
-    value = float(match.group(1))
-    return value if unit == "s" else value / 1_000_000
+    return float(match.group(1)) / {"s": 1, "ms": 1_000, "us": 1_000_000}[unit]
 
 
 def tail_tokens(line_tail: str) -> list[tuple[str, bool]]:

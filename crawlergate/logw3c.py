@@ -57,6 +57,7 @@ class W3cFormat:
         self._width = len(fields)
         self._taken_unit = 1.0 if any(name.startswith("x-edge-") for name in index) else 0.001
         self.has_duration = self._taken is not None
+        self.has_user_agent = self._agent is not None
         self.spec = "w3c:" + " ".join(fields)
         server = "CloudFront" if self._taken_unit == 1.0 else "IIS"
         self.description = f"W3C extended ({server}, {len(fields)} fields)"
