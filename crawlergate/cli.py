@@ -431,6 +431,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
         raise CrawlerGateError(
             f"Log file '{args.log}': none of its {trace.lines:,} lines read as {trace.format_description}."
         )
+    if trace.truncated:
+        print(f"warning: the log ends early: {trace.truncated}", file=sys.stderr)
     if trace.lines and trace.malformed > 0.05 * trace.lines:
         example = f"; e.g. {trace.malformed_example}" if trace.malformed_example else ""
         print(f"warning: {trace.malformed:,} of {trace.lines:,} lines did not read as {trace.format_description}"

@@ -272,7 +272,7 @@ class LogReader:
                 return
             rest = b""
             try:
-                while chunk := stream.read(BLOCK_BYTES):
+                while chunk := _read_block(stream):
                     head, newline, tail = chunk.rpartition(b"\n")
                     if newline:
                         yield (rest + head + newline).decode("utf-8", "replace")
@@ -349,6 +349,26 @@ class LogReader:
                 self.truncated = str(exc) or type(exc).__name__
             if progress is not None:
                 progress(total, total)
+
+
+def _read_block(stream: BinaryIO) -> bytes:
+    """About BLOCK_BYTES of the stream, in the small reads ``read1`` makes: a damaged gzip stream raises
+    only on the read that meets the damage, so everything before it is kept (``read(n)`` would lose a
+    whole block)."""
+    parts: list[bytes] = []
+    size = 0
+    while size < BLOCK_BYTES:
+        try:
+            chunk = stream.read1(BLOCK_BYTES - size)  # type: ignore[attr-defined]  # GzipFile and BufferedReader have it
+        except (EOFError, gzip.BadGzipFile, OSError):
+            if parts:
+                break  # hand over what came before; the next call raises again and ends the log
+            raise
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts)
 
 
 def iter_records(path: str | Path, log_format: AccessLogFormat | str = AUTO) -> Iterator[LogRecord]:

@@ -43,7 +43,7 @@ from crawlergate.logparse import LogReader, split_request
 
 POLICIES = ("lru", "lru+human", "clock", "random", "static", "min", "infinite")
 # Bumped when the cached trace's layout changes, so old files are ignored.
-TRACE_VERSION = 4
+TRACE_VERSION = 5
 # Statuses the gate stores (crawlergate.storable): what simulate lets into the cache.
 STORED_STATUSES = frozenset({"200", "301", "308", "404", "410"})
 _NEVER = 1 << 62
@@ -65,6 +65,8 @@ class Trace:
     # How the log was read ("nginx/Apache combined + 1 extra field ..."), and its first malformed line.
     format_description: str = ""
     malformed_example: str = ""
+    # Why reading stopped early (a damaged gzip file), or "".
+    truncated: str = ""
     # The crawler requests alone, made once for the many policy runs that need only them.
     _crawler_only: array[int] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -207,6 +209,7 @@ class _Part:
     malformed: int
     format_description: str
     malformed_example: str
+    truncated: str
 
 
 def _parse_forked(path: Path, log_format: str, start: int, end: int) -> _Part:
@@ -268,6 +271,7 @@ def _parse_part(
         reader.malformed,
         reader.format.description,
         f"line {example[0]:,}: {example[1][:120]!r}" if example else "",
+        reader.truncated or "",
     )
 
 
@@ -326,6 +330,7 @@ def _merge(parts: list[_Part]) -> Trace:
         sum(p.malformed for p in parts),
         parts[0].format_description if parts else "",
         next((p.malformed_example for p in parts if p.malformed_example), ""),
+        next((p.truncated for p in parts if p.truncated), ""),
     )
 
 

@@ -313,3 +313,17 @@ def test_logformats_detector_prefers_combined_over_common_with_a_tail() -> None:
     combined = '1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET / HTTP/1.1" 200 5 "-" "UA"'
     detected = detect_format([combined, combined[:60]])
     assert detected is not None and detected.description.startswith("nginx/Apache combined")
+
+
+def test_logformats_truncated_gzip_keeps_everything_before_the_damage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = (FORMATS / "nginx-timed-upstream.log").read_text().splitlines()[0] + "\n"
+    data = gzip.compress((line * 5000).encode())
+    path = tmp_path / "cut.log.gz"
+    path.write_bytes(data[: len(data) // 2])
+    records = sum(1 for _ in LogReader(path))
+    rows = sum(len(block) for block in LogReader(path).field_rows())
+    assert records > 2000 and abs(rows - records) <= 1  # the fast path keeps as much as the slow one
+    assert main(["simulate", "--no-cache", str(path)]) == 0
+    assert "warning: the log ends early" in capsys.readouterr().err
