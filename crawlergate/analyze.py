@@ -201,16 +201,23 @@ class TraceProfile:
     pages_crawled: set[int] = field(default_factory=set)
     pages_by_family: dict[str, set[int]] = field(default_factory=dict)
     arrivals: dict[str, _Arrivals] = field(default_factory=dict)
+    # The days (since 1970, UTC) on which each hour of the day saw a request: a log that covers some
+    # hours on more days than others must compare them per day, not by totals.
+    hour_days: list[set[int]] = field(default_factory=lambda: [set() for _ in range(24)])
 
     def hours_with_data(self) -> list[int]:
         """Hours of the day with any request: an hour the log never covers says nothing about traffic."""
-        return [hour for hour in range(24) if self.by_hour["human"][hour] or self.by_hour["crawler"][hour]]
+        return [hour for hour in range(24) if self.hour_days[hour]]
+
+    def humans_per_day(self, hour: int) -> float:
+        """Human requests in this hour of the day, on average over the days the log covers it."""
+        days = len(self.hour_days[hour])
+        return self.by_hour["human"][hour] / days if days else 0.0
 
     @property
     def off_peak_hour(self) -> int | None:
-        """The hour of the day with the fewest human requests, among hours the log covers; None without data."""
-        humans = self.by_hour["human"]
-        return min(self.hours_with_data(), key=lambda hour: (humans[hour], hour), default=None)
+        """The UTC hour with the fewest human requests a day, among hours the log covers; None without data."""
+        return min(self.hours_with_data(), key=lambda hour: (self.humans_per_day(hour), hour), default=None)
 
     def breadth(self) -> float:
         return len(self.pages_crawled) / len(self.pages_all) if self.pages_all else 0.0
@@ -240,7 +247,9 @@ def profile_log(records: Iterable[LogRecord], classifier: Classifier) -> TracePr
     for record in records:
         verdict = classify(record.user_agent)
         share.add(record, verdict)
-        profile.by_hour[verdict.kind][int(record.timestamp // 3600) % 24] += 1
+        hour = int(record.timestamp // 3600) % 24
+        profile.by_hour[verdict.kind][hour] += 1
+        profile.hour_days[hour].add(int(record.timestamp // 86_400))
         page = hash(record.target)
         profile.pages_all.add(page)
         if verdict.is_crawler:
@@ -255,12 +264,13 @@ def profile_log(records: Iterable[LogRecord], classifier: Classifier) -> TracePr
 
 def format_profile(profile: TraceProfile, classifier: Classifier, top: int) -> str:
     """The share tables, then the daily pattern, breadth and pacing per crawler family."""
-    lines = [format_share(profile.share, classifier, top), "", "requests per hour of the day (log time)"]
-    lines.append(f"{'hour':>4}{'humans':>10}{'crawlers':>10}")
+    lines = [format_share(profile.share, classifier, top), "", "requests per hour of the day (UTC)"]
+    lines.append(f"{'hour':>4}{'humans':>10}{'crawlers':>10}{'days':>6}")
     covered = set(profile.hours_with_data())
     for hour in range(24):
         if hour in covered:
-            lines.append(f"{hour:>4}{profile.by_hour['human'][hour]:>10,}{profile.by_hour['crawler'][hour]:>10,}")
+            counts = f"{profile.by_hour['human'][hour]:>10,}{profile.by_hour['crawler'][hour]:>10,}"
+            lines.append(f"{hour:>4}{counts}{len(profile.hour_days[hour]):>6}")
         else:
             lines.append(f"{hour:>4}{'no data':>20}")
     off_peak = profile.off_peak_hour
@@ -268,11 +278,11 @@ def format_profile(profile: TraceProfile, classifier: Classifier, top: int) -> s
         lines.append("no off-peak hour can be suggested: the log has no requests")
     elif len(covered) < 24:
         lines.append(
-            f"suggested off-peak hour for regeneration: {off_peak:02d}:00 (fewest human requests among the "
-            f"{len(covered)} hours the log covers; a log of whole days would tell better)"
+            f"suggested off-peak hour for regeneration: {off_peak:02d}:00 UTC (fewest human requests a day among "
+            f"the {len(covered)} hours the log covers; a log of whole days would tell better)"
         )
     else:
-        lines.append(f"suggested off-peak hour for regeneration: {off_peak:02d}:00 (fewest human requests)")
+        lines.append(f"suggested off-peak hour for regeneration: {off_peak:02d}:00 UTC (fewest human requests a day)")
     lines += [
         "",
         f"crawlers reached {len(profile.pages_crawled):,} of {len(profile.pages_all):,} distinct URLs "

@@ -427,6 +427,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
             rules_fingerprint=rules_fingerprint([*rule_files, cache_rules]), on_progress=_progress_bytes(progress),
         )  # fmt: skip
     parsed = time.perf_counter() - started
+    trace.assume_sizes_when_unknown()
     if trace.lines and trace.malformed >= trace.lines:
         raise CrawlerGateError(
             f"Log file '{args.log}': none of its {trace.lines:,} lines read as {trace.format_description}."

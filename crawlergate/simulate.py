@@ -47,6 +47,8 @@ TRACE_VERSION = 5
 # Statuses the gate stores (crawlergate.storable): what simulate lets into the cache.
 STORED_STATUSES = frozenset({"200", "301", "308", "404", "410"})
 _NEVER = 1 << 62
+# The paper's average gzip page (section 5): the size assumed when a log records none.
+ASSUMED_PAGE_BYTES = 14_000
 # Below this hit ratio of an unlimited cache, no L1 size is worth recommending.
 HOPELESS_HIT_RATIO = 0.05
 
@@ -67,6 +69,8 @@ class Trace:
     malformed_example: str = ""
     # Why reading stopped early (a damaged gzip file), or "".
     truncated: str = ""
+    # Non-zero when the log gave no sizes and every page is taken to weigh this much.
+    sizes_assumed_bytes: int = 0
     # The crawler requests alone, made once for the many policy runs that need only them.
     _crawler_only: array[int] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -91,6 +95,12 @@ class Trace:
     @property
     def total_bytes(self) -> int:
         return sum(self.sizes)
+
+    def assume_sizes_when_unknown(self, page_bytes: int = ASSUMED_PAGE_BYTES) -> None:
+        """Give every page ``page_bytes`` when the log records no response sizes (IIS without sc-bytes)."""
+        if self.sizes and not any(self.sizes):
+            self.sizes = array("I", [page_bytes] * len(self.sizes))
+            self.sizes_assumed_bytes = page_bytes
 
     @property
     def days(self) -> int:
@@ -582,6 +592,7 @@ class SimulationReport:
             "lines": trace.lines,
             "malformed": trace.malformed,
             "read_as": trace.format_description,
+            "page_bytes_assumed": trace.sizes_assumed_bytes or None,
             "results": [_result_json(result, self.result_applies(result)) for result in self.results],
             "curve": [_result_json(result, self.result_applies(result)) for result in self.curve],
             "recommended_l1_bytes": self.recommended_l1_bytes if self.caching_helps else None,
@@ -635,6 +646,13 @@ def format_report(report: SimulationReport, policies: Sequence[str]) -> str:
     lines = [
         f"{trace.requests:,} cacheable page requests ({trace.crawler_requests:,} from crawlers) "
         f"to {trace.unique_pages:,} pages of {trace.total_bytes / 1e6:,.1f} MB in all",
+    ]
+    if trace.sizes_assumed_bytes:
+        lines.append(
+            f"the log records no response sizes: every page is taken as {_size(trace.sizes_assumed_bytes)} "
+            "(the paper's average gzip page), so the sizes below are in those units"
+        )
+    lines += [
         "",
         f"{'L1 size':>10}" + "".join(f"{policy:>11}" for policy in policies),
     ]

@@ -89,3 +89,21 @@ def test_cli_tiny_logs_give_sensible_answers(tmp_path: Path, capsys: pytest.Capt
         assert main([*command, str(path)]) == 0, command
         out = capsys.readouterr().out
         assert "Traceback" not in out and "1 B" not in out
+
+
+def test_analyze_compares_hours_per_day_in_utc(tmp_path: Path) -> None:
+    # 36 hours from midnight UTC: hours 0-11 are seen on two days with 40 human requests a day, the
+    # others on one day with 60. The quietest hour a day is within 0-11, though its total is 80.
+    lines = []
+    for offset in range(36):
+        day, hour = divmod(offset, 24)
+        count = 40 if hour < 12 else 60
+        stamp = f"{10 + day:02d}/Oct/2000:{hour:02d}:00:00 +0000"
+        lines += [f'1.2.3.4 - - [{stamp}] "GET /t/{n} HTTP/1.1" 200 10 "-" "{FIREFOX}" 100\n' for n in range(count)]
+    zone = '1.2.3.4 - - [10/Oct/2000:14:25:01 -0500] "GET / HTTP/1.1" 200 10 "-" "Firefox/1" 100\n'
+    path = tmp_path / "days.log"
+    path.write_text("".join(lines) + zone)
+    profile = profile_log(LogReader(path), Classifier.from_settings(ClassifySettings()))
+    assert profile.off_peak_hour == 0
+    assert profile.humans_per_day(0) == 40 and profile.humans_per_day(13) == 60
+    assert profile.by_hour["human"][19] == 61  # 14:25 at -0500 is 19:25 UTC
