@@ -308,8 +308,8 @@ def _run_replay(args: argparse.Namespace) -> int:
     from crawlergate.replay import comparison, format_summary, replay, report_html, requests_from_log, run_replay
 
     for url in filter(None, (args.target, args.compare)):
-        if not re.match(r"^https?://[^/\s]+", url):
-            raise CrawlerGateError(f"Target '{url}' must be an http:// or https:// URL.")
+        if not re.match(r"^https?://[^/\s]+", url) or not _has_valid_port(url):
+            raise CrawlerGateError(f"Target '{url}' must be an http:// or https:// URL, with a port from 1 to 65535.")
     if args.speed is not None and args.concurrency is not None:
         raise CrawlerGateError(
             "--concurrency (closed loop: clients as fast as the server answers) and --speed (open loop: the "
@@ -513,7 +513,7 @@ def _run_classify(args: argparse.Namespace) -> int:
     else:
         print("crawlergate classify: give user agents, --file F or --log F", file=sys.stderr)
         return EXIT_USAGE
-    verdicts = _classify_lines(lines, classifier, families=args.families, out=sys.stdout)
+    verdicts = _classify_lines(lines, classifier, families=args.families, out=_text_out(args))
     if args.json:
         _write_json(args.json, verdicts)
     return EXIT_OK
@@ -569,6 +569,16 @@ def _classify_log(args: argparse.Namespace, classifier: Classifier) -> int:
         data.update(lines=reader.lines, malformed=reader.malformed)
         _write_json(args.json, data)
     return EXIT_OK
+
+
+def _has_valid_port(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        port = urlsplit(url).port
+    except ValueError:
+        return False
+    return port is None or port > 0
 
 
 def _open_log(args: argparse.Namespace) -> LogReader:

@@ -13,6 +13,7 @@ message the total. Nothing is decoded: the body is counted and dropped.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from dataclasses import dataclass
 from ssl import SSLContext
@@ -178,6 +179,8 @@ class ConnectionPool:
             )
         except TimeoutError:
             raise ReplayError("ConnectTimeout") from None
+        except ssl.SSLError:
+            raise ReplayError("TLSError") from None  # e.g. https:// to a port that speaks plain HTTP
         except OSError:
             raise ReplayError("ConnectError") from None
         self._all.add(connection)

@@ -82,6 +82,7 @@ _MONTH_NAMES = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "
 _MONTHS = {name: number for number, name in enumerate(_MONTH_NAMES, start=1)}
 # Trailing fields after the last known one: anything up to the end of the line.
 _TAIL = r"((?: [^\n]*)?)"
+_HEX_ESCAPES = re.compile(r"(?:\\x[0-9A-Fa-f]{2})+")
 _TAIL_TOKEN = re.compile(r'"((?:[^"\\]|\\.)*)"|(\S+)')
 # A response time as servers write it: 0.004 (nginx), 1500 (Apache %D), rt=0.004 (labelled nginx formats).
 _TIME_VALUE = re.compile(r"(?:[A-Za-z_]+[=:])?(\d+(?:\.\d+)?)")
@@ -169,10 +170,9 @@ class LogFormat:
         if match is None:
             return None
         values = dict(zip(self._fields, match.groups(), strict=True))
-        split = split_request(values.get("request") or "")
-        if split is None:
-            return None
-        method, target = split
+        # A line the server wrote for something that was no request (a TLS probe, "-" on a 400 or 408) is
+        # read, as no page: it is a line of the format, not a malformed one.
+        method, target = split_request(_unescape(values.get("request") or "")) or ("", "")
         timestamp = any_log_time(values["time"]) if "time" in values else 0.0
         if timestamp is None:
             return None
@@ -331,6 +331,12 @@ def time_value(token: str) -> str | None:
 
 
 def _unescape(text: str) -> str:
+    """Apache's ``\\"`` and nginx's ``\\xHH`` escapes undone (nginx escapes '"' and bytes over 0x7E)."""
     if text == "-":
         return ""
-    return text.replace('\\"', '"') if "\\" in text else text
+    if "\\" not in text:
+        return text
+    text = _HEX_ESCAPES.sub(
+        lambda match: bytes.fromhex(match.group().replace("\\x", "")).decode("utf-8", "replace"), text
+    )
+    return text.replace('\\"', '"').replace("\\\\", "\\")

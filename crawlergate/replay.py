@@ -24,13 +24,15 @@ from dataclasses import dataclass, field
 from html import escape as html_escape
 from ssl import SSLContext
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from crawlergate.classify import Classifier
 from crawlergate.httpclient import ConnectionPool, ReplayError
 from crawlergate.logparse import LogRecord
 
 T = TypeVar("T")
+# Characters a request target may carry as they are (RFC 3986 pchar, "/", "?", and "%" of escapes).
+_TARGET_SAFE = "/?:@!$&'()*+,;=%~"
 # Open-loop replay never has more requests than this in flight: a bound on this process's memory
 # and sockets. A server slower than the schedule makes requests wait here, and their latency, counted
 # from the schedule, shows it.
@@ -71,6 +73,8 @@ class ReplayResult:
     # How reports name this run; the target URL unless told otherwise.
     label: str = ""
     errors: Counter[str] = field(default_factory=Counter)
+    # The errors of each class, by kind.
+    class_errors: dict[str, Counter[str]] = field(default_factory=lambda: {"crawler": Counter(), "human": Counter()})
     # Open loop: how late each request left against its schedule, in ms (the client's own accuracy).
     send_lateness_ms: list[float] = field(default_factory=list)
 
@@ -88,6 +92,7 @@ class ReplayResult:
                 "ttfb_ms": _percentiles([sample.ttfb_ms for sample in chosen]),
                 "total_ms": _percentiles([sample.total_ms for sample in chosen]),
                 "outcomes": dict(Counter(sample.outcome for sample in chosen)),
+                "errors": dict(self.class_errors[kind]),
                 "statuses": {str(k): v for k, v in sorted(Counter(s.status for s in chosen).items())},
             }
         return {
@@ -167,6 +172,7 @@ async def replay(
                 answer = await pool.fetch(target.request(request), head=head, timeout_s=timeout_s)
             except ReplayError as exc:
                 result.errors[exc.kind] += 1
+                result.class_errors[request.kind][exc.kind] += 1
             else:
                 result.samples.append(
                     Sample(
@@ -193,8 +199,12 @@ async def replay(
         else:
             gate = asyncio.Semaphore(MAX_IN_FLIGHT)
             tasks = []
-            for request in requests:
-                scheduled = started + request.offset_s / speed
+            # Logs are not always in time order (Apache writes a request when it ends, stamped when it
+            # began; rotated files get joined out of order): the schedule is the log's times, sorted.
+            ordered = sorted(requests, key=lambda request: request.offset_s)
+            first = ordered[0].offset_s if ordered else 0.0
+            for request in ordered:
+                scheduled = started + (request.offset_s - first) / speed
                 delay = scheduled - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -204,7 +214,7 @@ async def replay(
                 # server is behind) and any larger lateness still are.
                 if woke - scheduled < TIMER_SLACK_S:
                     scheduled = woke
-                result.send_lateness_ms.append((woke - (started + request.offset_s / speed)) * 1000)
+                result.send_lateness_ms.append((woke - (started + (request.offset_s - first) / speed)) * 1000)
                 await gate.acquire()
                 task = asyncio.create_task(one(request, scheduled))
                 task.add_done_callback(lambda _: gate.release())
@@ -253,7 +263,12 @@ class _Target:
 
     def request(self, request: ReplayRequest) -> bytes:
         agent = request.user_agent.replace("\r", " ").replace("\n", " ")
-        target = self.prefix + (request.target if request.target.startswith("/") else "/" + request.target)
+        target = request.target
+        if "://" in target[:12]:  # absolute form, as proxies log it: the path and query are the page
+            parts = urlsplit(target)
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # A log keeps what the client sent, spaces and quotes included; the wire needs them escaped.
+        target = self.prefix + quote(target if target.startswith("/") else "/" + target, safe=_TARGET_SAFE)
         return (
             f"{request.method} {target} HTTP/1.1\r\nHost: {self.authority}\r\nUser-Agent: {agent}\r\n"
             "Accept-Encoding: gzip\r\n\r\n"
@@ -288,8 +303,11 @@ def format_summary(results: Sequence[ReplayResult]) -> str:
     row("throughput (requests/s)", [f"{s['throughput_rps']:,.1f}" for s in summaries])
     for kind in ("crawler", "human"):
         for stat in ("p50", "p99", "mean"):
-            row(f"{kind} TTFB {stat} (ms)", [f"{s[kind]['ttfb_ms'][stat]:,.2f}" for s in summaries])
+            row(f"{kind} TTFB {stat} (ms)", [_ms(s[kind], stat) for s in summaries])
         row(f"{kind} outcomes", [_outcomes(s[kind]["outcomes"]) for s in summaries])
+        row(f"{kind} statuses", [_outcomes(s[kind]["statuses"]) for s in summaries])
+        if any(s[kind]["errors"] for s in summaries):
+            row(f"{kind} errors", [_outcomes(s[kind]["errors"]) or "none" for s in summaries])
     if len(summaries) == 2:
         first, second = summaries
         name = second["label"]
@@ -382,6 +400,11 @@ def _cdf(result: ReplayResult, kind: str) -> list[tuple[float, float]]:
     values = sorted(sample.ttfb_ms for sample in result.samples if sample.kind == kind)
     step = max(1, len(values) // 200)
     return [(max(value, 0.01), (index + 1) / len(values)) for index, value in enumerate(values)][::step]
+
+
+def _ms(summary: dict[str, Any], stat: str) -> str:
+    # No answered request of the class (all failed, or none in the log): no time to show.
+    return f"{summary['ttfb_ms'][stat]:,.2f}" if summary["count"] else "n/a"
 
 
 def _outcomes(outcomes: dict[str, int]) -> str:

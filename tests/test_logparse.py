@@ -75,7 +75,6 @@ def test_logparse_parse_line(line: str, spec: str, record: LogRecord) -> None:
         pytest.param("garbage", id="garbage"),
         pytest.param('1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET / HTTP/1.1" 200 5 "-" "trunc', id="truncated"),
         pytest.param('1.2.3.4 - - [99/Foo/2000:13:55:36 +0000] "GET / HTTP/1.1" 200 5 "-" "UA"', id="bad-date"),
-        pytest.param('1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "" 400 5 "-" "UA"', id="empty-request"),
     ],
 )
 def test_logparse_malformed_line_is_none(line: str) -> None:
@@ -136,3 +135,22 @@ def test_logparse_format_without_request_is_refused() -> None:
 def test_logparse_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot be read"):
         list(LogReader(tmp_path / "missing.log"))
+
+
+@pytest.mark.parametrize(
+    "request_field",
+    [
+        pytest.param('""', id="empty"),
+        pytest.param('"-"', id="dash"),
+        pytest.param(r'"\x16\x03\x01\x00"', id="tls-probe"),
+    ],
+)
+def test_logparse_no_request_is_read_as_no_page_not_malformed(request_field: str) -> None:
+    record = LogFormat("auto").parse(f'1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] {request_field} 400 5 "-" "UA"')
+    assert record is not None and (record.method, record.target, record.status) == ("", "", 400)
+
+
+def test_logparse_nginx_hex_escapes_are_undone() -> None:
+    line = r'1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET /caf\xC3\xA9?q=\x22a\x22 HTTP/1.1" 200 5 "-" "UA \x22x\x22"'
+    record = LogFormat("combined").parse(line)
+    assert record is not None and record.target == '/café?q="a"' and record.user_agent == 'UA "x"'

@@ -181,3 +181,61 @@ def test_replay_comparison_says_the_direction_in_words(before: float, after: flo
     assert (
         rate_change(100.0, 184.0) == "1.84× more requests/s" and rate_change(184.0, 100.0) == "1.84× fewer requests/s"
     )
+
+
+@pytest.mark.parametrize("target", ["http://127.0.0.1:99999", "http://127.0.0.1:abc", "ftp://x"])
+def test_cli_replay_bad_target_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str) -> None:
+    from crawlergate.cli import main
+
+    log = tmp_path / "access.log"
+    log.write_text('1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET /t/1 HTTP/1.1" 200 10 "-" "Googlebot" 100\n')
+    assert main(["replay", str(log), "--target", target]) == 2
+    err = capsys.readouterr().err
+    assert "must be an http:// or https:// URL" in err and "Traceback" not in err
+
+
+def test_cli_classify_json_to_stdout_is_only_json(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from crawlergate.cli import main
+
+    assert main(["classify", "--json", "-", "curl/8.5", "Mozilla/5.0 (compatible; Googlebot/2.1)"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"crawler": 2, "human": 0}
+    assert "crawler\tcurl/8.5" in captured.err
+
+
+def test_replay_sends_targets_as_the_wire_needs_them() -> None:
+    from crawlergate.replay import ReplayRequest, _Target
+
+    target = _Target.parse("http://127.0.0.1:8080/base")
+    wire = [
+        target.request(ReplayRequest("GET", path, "UA", "human", 0.0)).split(b"\r\n")[0]
+        for path in ('/search?q="x y"', "http://forum.example/page?a=1", "/caf%C3%A9", "/a b")
+    ]
+    assert wire == [
+        b"GET /base/search?q=%22x%20y%22 HTTP/1.1",
+        b"GET /base/page?a=1 HTTP/1.1",
+        b"GET /base/caf%C3%A9 HTTP/1.1",
+        b"GET /base/a%20b HTTP/1.1",
+    ]
+
+
+def test_replay_open_loop_sorts_a_log_out_of_time_order(server: ServerThread) -> None:
+    # Apache stamps a request when it began and writes it when it ended; rotated logs get joined.
+    offsets = [5.0, 1.0, 6.0, -86_400.0, 2.0]
+    requests = [ReplayRequest("GET", f"/ok/{n}", FIREFOX, "human", offset) for n, offset in enumerate(offsets)]
+    result = asyncio.run(replay(requests, server.url, speed=200_000.0))
+    summary = result.summary()
+    assert summary["human"]["count"] == 5 and summary["errors"] == 0
+    assert summary["human"]["ttfb_ms"]["p99"] < 1000  # no day-long latency invented from the order
+
+
+def test_replay_class_that_only_failed_shows_no_time(capsys: pytest.CaptureFixture[str]) -> None:
+    from crawlergate.replay import format_summary
+
+    requests = [ReplayRequest("GET", "/", GOOGLEBOT, "crawler", 0.0)] * 2
+    result = asyncio.run(replay(requests, f"http://127.0.0.1:{free_port()}", concurrency=1, timeout_s=2))
+    text = format_summary([result])
+    assert "crawler TTFB p50 (ms)" in text and "n/a" in text
+    assert "crawler errors" in text and "ConnectError:2" in text
