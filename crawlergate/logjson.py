@@ -138,6 +138,7 @@ class JsonFormat:
         return blank_lines(text)
 
     def _values(self, line: str) -> tuple[str, str, str, str, str, str, dict[str, Any]] | None:
+        line = line.lstrip("\ufeff")
         if not line.startswith("{"):
             return None
         try:
@@ -212,6 +213,8 @@ def _timestamp(when: str) -> float | None:
     except ValueError:
         if "/" in when[:6]:
             return parse_log_time(when)  # nginx $time_local
+        if "/" in when[:8]:  # Caddy's time_format wall: 2024/03/10 00:00:09.123, local time taken as UTC
+            return parse_iso_time(when.replace("/", "-", 2))
         return parse_iso_time(when)
     while number > 1e11:  # milliseconds, microseconds or nanoseconds since the epoch
         number /= 1000

@@ -57,6 +57,12 @@ MALFORMED_WARNING_SHARE = 0.05
 _DURATION_SHARE = 0.8
 _MILLISECONDS = re.compile(r"\d+(?:\.\d+)?ms")
 _GZIP_MAGIC = b"\x1f\x8b"
+_OTHER_COMPRESSION = (
+    (b"BZh", "bzip2", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd"),
+    (b"PK\x03\x04", "zip", "unzip -p"),
+)
 _FORMATS_READ = (
     "nginx/Apache combined or common (extra fields and a vhost prefix allowed), JSON lines (Caddy, nginx, "
     "Traefik), W3C extended (IIS, CloudFront)"
@@ -87,14 +93,15 @@ def make_format(spec: str, sample: list[str] | None = None) -> AccessLogFormat:
 
 def detect_format(lines: list[str]) -> AccessLogFormat | None:
     """The format the sample lines are written in, or None when no line reads as a request in any."""
-    lines = [line.rstrip("\r\n") for line in lines if line.strip()]
+    lines = [line.rstrip("\r\n").lstrip("\ufeff") for line in lines if line.strip()]
     if not lines:
         return None
     if any(line.startswith("#") for line in lines[:10]):
         w3c = W3cFormat.detect(lines)
         if w3c is not None:
             return w3c
-    if lines[0].startswith("{"):
+    # JSON lines, even when the first line is cut (a log read from the middle) or starts with a BOM.
+    if sum(line.startswith("{") for line in lines[:10]) > len(lines[:10]) // 2:
         for line in lines[:10]:
             found = JsonFormat.detect(line)
             if found is not None:
@@ -186,6 +193,7 @@ class LogReader:
     def format(self) -> AccessLogFormat:
         """The log's format, detected from the first lines of the file on first use."""
         if self._format is None:
+            self._check_readable()
             sample = self._sample()
             try:
                 self._format = make_format(self._spec, sample)
@@ -197,6 +205,24 @@ class LogReader:
 
     def __iter__(self) -> Iterator[LogRecord]:
         return self._parsed(self.format.parse)
+
+    def _check_readable(self) -> None:
+        if self.path.exists() and not self.path.is_file():
+            raise ConfigError(
+                f"Log file '{self.path}' is no regular file (a pipe or a device): it is read twice, to detect its "
+                "format and then to read it. Write it to a file first."
+            )
+        try:
+            with self.path.open("rb") as handle:
+                magic = handle.read(6)
+        except OSError as exc:
+            raise ConfigError(f"Log file '{self.path}' cannot be read: {exc.strerror}.") from None
+        for signature, name, tool in _OTHER_COMPRESSION:
+            if magic.startswith(signature):
+                raise ConfigError(
+                    f"Log file '{self.path}' is compressed with {name}, which is not read here (gzip is): "
+                    f"decompress it first, e.g. {tool} -dc '{self.path}' > access.log."
+                )
 
     def warnings(self) -> list[str]:
         """Sentences about what went wrong while reading, for the end of a command's output."""

@@ -55,7 +55,9 @@ class W3cFormat:
                 "W3C #Fields lack date, time, cs-method, cs-uri-stem or sc-status: " + " ".join(fields) + "."
             )
         self._width = len(fields)
-        self._taken_unit = 1.0 if any(name.startswith("x-edge-") for name in index) else 0.001
+        cloudfront = any(name.startswith("x-edge-") for name in index)
+        self._taken_unit = 1.0 if cloudfront else 0.001
+        self._decode = _cloudfront_decoded if cloudfront else _iis_decoded
         self.has_duration = self._taken is not None
         self.has_user_agent = self._agent is not None
         self.spec = "w3c:" + " ".join(fields)
@@ -82,8 +84,8 @@ class W3cFormat:
             target=self._target(values),
             status=int(values[self._status]),  # type: ignore[index]
             bytes_sent=int(size) if size.isdigit() else 0,
-            referer=_decoded(self._field(values, self._referer)),
-            user_agent=_decoded(self._field(values, self._agent)),
+            referer=self._decode(self._field(values, self._referer)),
+            user_agent=self._decode(self._field(values, self._agent)),
             duration_s=duration,
             user=self._field(values, self._user),
         )
@@ -96,7 +98,7 @@ class W3cFormat:
                 continue
             request = f"{values[self._method]} {self._target(values)}"  # type: ignore[index]
             when = f"{values[self._date]} {values[self._time]}"  # type: ignore[index]
-            agent = _decoded(self._field(values, self._agent))
+            agent = self._decode(self._field(values, self._agent))
             rows.append((request, values[self._status], self._field(values, self._bytes), agent, when))  # type: ignore[index]
         return rows
 
@@ -133,11 +135,18 @@ class W3cFormat:
         return "" if value == "-" else value
 
 
-def _decoded(text: str) -> str:
-    # IIS writes spaces as '+' and a '+' as itself, so "; +http" arrives as ";++http"; CloudFront
-    # percent-encodes (a literal '+' arrives as %2B).
-    text = text.replace("++", " \x00").replace("+", " ").replace("\x00", "+")
-    return unquote(text) if "%" in text else text
+def _iis_decoded(text: str) -> str:
+    # IIS writes spaces as '+' and a '+' as itself, so "; +http" arrives as ";++http".
+    return text.replace("++", " \x00").replace("+", " ").replace("\x00", "+")
+
+
+def _cloudfront_decoded(text: str) -> str:
+    # CloudFront percent-encodes user agents twice over ("%2520" for a space); a '+' is itself.
+    for _ in range(2):
+        if "%" not in text:
+            break
+        text = unquote(text)
+    return text
 
 
 @functools.lru_cache(maxsize=1024)

@@ -327,3 +327,102 @@ def test_logformats_truncated_gzip_keeps_everything_before_the_damage(
     assert records > 2000 and abs(rows - records) <= 1  # the fast path keeps as much as the slow one
     assert main(["simulate", "--no-cache", str(path)]) == 0
     assert "warning: the log ends early" in capsys.readouterr().err
+
+
+UA = "Mozilla/5.0 (compatible; Googlebot/2.1)"
+
+
+@pytest.mark.parametrize(
+    ("line", "description", "duration"),
+    [
+        pytest.param(
+            f'1.2.3.4 - - [15/Jan/2024:10:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" "{UA}" 761 0.004 '
+            "[default-web-80] [] 10.0.0.7:80 5 0.004 200 abc",
+            "response time in extra field 2, seconds",
+            0.004,
+            id="ingress-nginx-request-length-then-request-time",
+        ),
+        pytest.param(
+            f'1.2.3.4 - - [15/Jan/2024:10:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" "{UA}" 1000 "forum@docker" '
+            '"http://10.0.0.7:80" 57ms',
+            "response time in extra field 4, milliseconds",
+            0.057,
+            id="traefik-common-log",
+        ),
+        pytest.param(
+            f'1.2.3.4 - - [15/Jan/2024:10:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" "{UA}" 812 5120',
+            "no response-time field",
+            None,
+            id="apache-bytes-in-and-out",
+        ),
+        pytest.param(
+            f'203.0.113.5, 10.0.0.2 - - [15/Jan/2024:10:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" "{UA}" 35',
+            "response time in extra field 1, microseconds",
+            0.000035,
+            id="forwarded-for-list-first-and-a-fast-percent-D",
+        ),
+    ],
+)
+def test_logformats_response_time_only_where_the_log_says(
+    tmp_path: Path, line: str, description: str, duration: float | None
+) -> None:
+    path = tmp_path / "access.log"
+    path.write_text((line + "\n") * 20)
+    reader = LogReader(path)
+    assert description in reader.format.description
+    records = list(reader)
+    assert len(records) == 20 and records[0].duration_s == (pytest.approx(duration) if duration else None)
+
+
+def test_logformats_nginx_msec_and_iso_times_in_a_text_format(tmp_path: Path) -> None:
+    path = tmp_path / "msec.log"
+    path.write_text(f'1705312801.782 203.0.113.9 "GET / HTTP/1.1" 200 16197 "{UA}" 0.057\n')
+    spec = '$msec $remote_addr "$request" $status $body_bytes_sent "$http_user_agent" $request_time'
+    (record,) = list(LogReader(path, spec))
+    assert record.timestamp == pytest.approx(1705312801.782) and record.duration_s == 0.057
+    iso = tmp_path / "iso.log"
+    iso.write_text(f'1.2.3.4 - - [2024-01-15T10:00:01+00:00] "GET / HTTP/1.1" 200 5 "-" "{UA}"\n')
+    (record,) = list(LogReader(iso))
+    assert record.timestamp == 1705312801.0
+
+
+@pytest.mark.parametrize(
+    "damage", [pytest.param("\ufeff", id="bom"), pytest.param('ttp/1.1", "status": 2}\n', id="cut")]
+)
+def test_logformats_json_read_although_the_first_line_is_damaged(tmp_path: Path, damage: str) -> None:
+    good = (FORMATS / "nginx.json").read_text()
+    path = tmp_path / "log.json"
+    path.write_text(damage + good)
+    reader = LogReader(path)
+    assert reader.format.description.startswith("JSON lines")
+    assert len(list(reader)) == 2
+
+
+@pytest.mark.parametrize(
+    ("magic", "name"),
+    [pytest.param(b"BZh91AY&SY", "bzip2", id="bzip2"), pytest.param(b"\xfd7zXZ\x00\x00", "xz", id="xz")],
+)
+def test_logformats_other_compressions_are_named(tmp_path: Path, magic: bytes, name: str) -> None:
+    path = tmp_path / "access.log.x"
+    path.write_bytes(magic + bytes(100))
+    with pytest.raises(ConfigError, match=f"compressed with {name}"):
+        _ = LogReader(path).format
+
+
+def test_logformats_a_pipe_is_refused_with_the_reason(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="no regular file"):
+        _ = LogReader(fifo).format
+
+
+def test_logformats_cloudfront_user_agent_encoded_twice(tmp_path: Path) -> None:
+    header = (FORMATS / "cloudfront.log").read_text().splitlines()[:2]
+    row = (FORMATS / "cloudfront.log").read_text().splitlines()[2].split("\t")
+    row[10] = "Mozilla/5.0%2520(compatible;%2520Googlebot/2.1;%2520+http://www.google.com/bot.html)"
+    path = tmp_path / "cf.log"
+    path.write_text("\n".join([*header, "\t".join(row)]) + "\n")
+    (record,) = list(LogReader(path))
+    assert record.user_agent == "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
