@@ -582,7 +582,13 @@ def _has_valid_port(url: str) -> bool:
 
 
 def _open_log(args: argparse.Namespace) -> LogReader:
-    """A reader of ``args.log`` whose format is known (detected or given), after one line saying which it is."""
+    """A reader of ``args.log`` whose format is known (detected or given), after one line saying which it is.
+
+    The output files are checked first: a long run must not end on an unwritable --json or --report path.
+    """
+    for output in (getattr(args, "json", None), getattr(args, "report", None)):
+        if output not in (None, "-") and not os.access(Path(output).resolve().parent, os.W_OK):
+            raise CrawlerGateError(f"Cannot write '{output}': its folder does not exist or is not writable.")
     reader = LogReader(args.log, args.format)
     print(f"{args.log.name}: read as {reader.format.description}", file=sys.stderr)
     if not reader.format.has_user_agent:

@@ -558,7 +558,11 @@ def _ones(count: int) -> bytes:
 def _cache_file(path: Path, log_format: str, rules: str, cache_dir: Path) -> Path:
     """The cached trace's name: it changes with the log file, its format and the rules that shaped it."""
     stat = path.stat()
-    identity = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{log_format}|{rules}|{TRACE_VERSION}"
+    # ctime and inode too: a file rewritten with the same size and a restored mtime is another log.
+    identity = (
+        f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ctime_ns}|{stat.st_ino}|{log_format}|{rules}"
+        f"|{TRACE_VERSION}"
+    )
     return cache_dir / (hashlib.blake2b(identity.encode(), digest_size=12).hexdigest() + ".trace")
 
 

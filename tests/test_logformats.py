@@ -426,3 +426,11 @@ def test_logformats_cloudfront_user_agent_encoded_twice(tmp_path: Path) -> None:
     path.write_text("\n".join([*header, "\t".join(row)]) + "\n")
     (record,) = list(LogReader(path))
     assert record.user_agent == "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+
+
+def test_logformats_unwritable_output_is_refused_before_reading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = FORMATS / "nginx-timed-upstream.log"
+    assert main(["analyze", str(log), "--json", str(tmp_path / "missing-folder" / "out.json")]) == 2
+    assert "Cannot write" in capsys.readouterr().err
