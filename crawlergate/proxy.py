@@ -193,13 +193,16 @@ class ReverseProxy:
             # connection: sending to it does not fail, so its disconnect is watched for.
             async with anyio.create_task_group() as streaming:
                 streaming.start_soon(_cancel_on_disconnect, receive, streaming.cancel_scope)
-                async for chunk in response.aiter_raw():
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-                streaming.cancel_scope.cancel()
-        except httpx.HTTPError as exc:
-            # The origin broke off mid-body: the client sees a truncated response, as from the origin itself.
-            logger.warning("origin %s broke off a response: %s", self.origin, exc)
+                try:
+                    async for chunk in response.aiter_raw():
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                except httpx.HTTPError as exc:
+                    # The origin broke off mid-body: the client sees a truncated response, as from the origin
+                    # itself (no final message: a fill knows the page is not whole).
+                    logger.warning("origin %s broke off a response: %s", self.origin, exc)
+                finally:
+                    streaming.cancel_scope.cancel()
         finally:
             await response.aclose()
 

@@ -449,6 +449,8 @@ class RawOrigin:
                 head, _, buffer = buffer.partition(b"\r\n\r\n")
                 method, path = head.split(b" ")[:2]
                 connection.sendall(self._answer(method, path))
+                if path.startswith(b"/cut"):
+                    return  # the connection closes mid-answer, as a crashed worker's does
 
     def _answer(self, method: bytes, path: bytes) -> bytes:
         def page(body: bytes, extra: bytes = b"") -> bytes:
@@ -458,6 +460,10 @@ class RawOrigin:
             return page(self.SMUGGLED) + self.SMUGGLED
         if path == b"/cllong":  # more bytes than its Content-Length
             return page(b"hello") + b"hello" + self.SMUGGLED
+        if path == b"/cut-chunked":  # the origin dies mid-body
+            return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhalf \r\n"
+        if path == b"/cut-length":
+            return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1000\r\n\r\nhalf a page"
         if path == b"/both":  # Content-Length and chunked at once
             return b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
         if path == b"/bomb":
@@ -563,3 +569,44 @@ def test_proxy_address_claims_of_untrusted_clients_never_reach_the_origin(echo: 
         proxy.stop()
     assert not set(claims) & set(seen)
     assert seen["x-forwarded-for"] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("path", ["/cut-chunked", "/cut-length"])
+def test_proxy_half_a_page_is_never_stored_or_handed_on(raw_origin: RawOrigin, tmp_path: Path, path: str) -> None:
+    proxy = _proxy(raw_origin.url, tmp_path)
+    try:
+        with httpx.Client(base_url=proxy.url, headers=GOOGLEBOT) as client:
+            answers = [client.get(path) for _ in range(2)]
+        stats = httpx.get(f"{proxy.url}/_crawlergate/stats").json()
+    finally:
+        proxy.stop()
+    # Never a 200 with a Content-Length rewritten to the truncated size: nothing stored, 502.
+    assert [answer.status_code for answer in answers] == [502, 502]
+    assert stats["not_stored"] == {"incomplete": 2} and stats["origin_errors"] == 2
+    assert not list((tmp_path / "l2").rglob("*.page"))
+
+
+def test_proxy_followers_of_an_unstorable_fill_never_share_its_cookie(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    async def cookie_page(request: Request) -> Response:
+        await asyncio.sleep(0.2)  # long enough for the crawlers to pile up behind one fill
+        response = Response("<p>page</p>", media_type="text/html")
+        response.set_cookie("session", f"for-{request.headers['x-forwarded-for']}")
+        return response
+
+    origin = ServerThread(Starlette(routes=[Route("/page", cookie_page)])).start()
+    settings = Settings(
+        server=ServerSettings(origin=origin.url),
+        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
+        cache=CacheSettings(storage_mode="rfc9111"),
+    )
+    proxy = ServerThread(create_app(settings)).start()
+    try:
+        with ThreadPoolExecutor(20) as pool:
+            answers = list(pool.map(lambda _: httpx.get(f"{proxy.url}/page", headers=GOOGLEBOT), range(20)))
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert all(answer.status_code == 200 for answer in answers)
+    assert not any("set-cookie" in answer.headers for answer in answers)
