@@ -158,6 +158,16 @@ class ServerSettings:
     trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")
     # WebSocket messages larger than this close the relayed connection (1009).
     websocket_max_message_bytes: int = 1024 * 1024
+    # A request's head (request line and headers) may hold this many bytes and headers, and must
+    # arrive within this time; past these it is refused (431) or its connection closed. nginx allows
+    # 4 x 8 KB of headers and waits 60 s; 64 KB and 10 s leave room for big cookies, not for slowloris.
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 100
+    header_timeout_seconds: float = 10.0
+    # Connections served at once by each worker; past this uvicorn answers 503 (its limit_concurrency).
+    max_connections: int = 2048
+    # Seconds an idle keep-alive connection is kept open.
+    keep_alive_seconds: int = 5
 
     def __post_init__(self) -> None:
         _require(0 < self.port < 65536, "server.port", self.port, "Must be a port number from 1 to 65535.")
@@ -192,6 +202,14 @@ class ServerSettings:
             ipaddress.ip_address(self.fill_client_address)
         except ValueError:
             _fail("server.fill_client_address", self.fill_client_address, "Must be an IP address, e.g. 192.0.2.1.")
+        for name in ("max_header_bytes", "max_headers", "max_connections", "keep_alive_seconds"):
+            _require(getattr(self, name) > 0, f"server.{name}", getattr(self, name), "Must be a positive integer.")
+        _require(
+            self.header_timeout_seconds > 0,
+            "server.header_timeout_seconds",
+            self.header_timeout_seconds,
+            "Must be a positive number.",
+        )
         _require(
             self.websocket_max_message_bytes > 0,
             "server.websocket_max_message_bytes",

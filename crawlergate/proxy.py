@@ -29,6 +29,7 @@ from starlette.types import Message, Receive, Scope, Send
 from crawlergate.config import Settings, load_settings
 from crawlergate.errors import ConfigError, OriginError, OriginTimeout
 from crawlergate.forwarded import TrustedProxies
+from crawlergate.httpserver import HeadLimits
 from crawlergate.middleware import CrawlerGateMiddleware
 from crawlergate.origin import FILL_EXTENSION, PublicSite
 from crawlergate.serve import plain_response, send_response
@@ -286,7 +287,9 @@ def create_app(settings: Settings) -> CrawlerGateMiddleware:
 
 def app_from_environment() -> CrawlerGateMiddleware:
     """Factory for ``uvicorn --factory`` workers: settings from CRAWLERGATE_CONFIG and CRAWLERGATE_* variables."""
-    return create_app(load_settings(None, os.environ))
+    settings = load_settings(None, os.environ)
+    HeadLimits.apply(settings.server)  # each worker process sets its own connections' limits
+    return create_app(settings)
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

@@ -10,7 +10,9 @@ so no half-written page can remain.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import signal
 import socket
 import sys
@@ -23,10 +25,13 @@ import uvicorn
 from crawlergate.config import CONFIG_PATH_VARIABLE, ENV_PREFIX, Settings
 from crawlergate.core import build_cache
 from crawlergate.errors import ConfigError
+from crawlergate.httpserver import HeadLimits, LimitedHttpToolsProtocol
 from crawlergate.metrics import Metrics
 
 # Seconds uvicorn lets in-flight requests finish after SIGTERM before it closes them.
 GRACEFUL_SHUTDOWN_S = 30
+# Connections the kernel queues before the server accepts them (nginx's default is 511).
+BACKLOG = 2048
 
 
 def run_proxy(settings: Settings, *, config_path: Path | None, overrides: Mapping[str, Any]) -> int:
@@ -69,6 +74,8 @@ def run_proxy(settings: Settings, *, config_path: Path | None, overrides: Mappin
             file=sys.stderr,
             flush=True,
         )
+    HeadLimits.apply(server)
+    _raise_open_files_limit()
     stopped_by: list[int] = []
     # uvicorn shuts down gracefully on these, then re-raises them; handlers of ours turn that into exit 0.
     for stop_signal in (signal.SIGTERM, signal.SIGINT):
@@ -85,10 +92,23 @@ def run_proxy(settings: Settings, *, config_path: Path | None, overrides: Mappin
         # X-Forwarded-* are judged once, by ReverseProxy against server.trusted_proxies.
         proxy_headers=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        http=LimitedHttpToolsProtocol,
+        limit_concurrency=server.max_connections,
+        backlog=BACKLOG,
+        timeout_keep_alive=server.keep_alive_seconds,
     )
     reason = f" on {signal.Signals(stopped_by[0]).name}" if stopped_by else ""
     print(f"crawlergate serve: stopped{reason}", file=sys.stderr, flush=True)
     return 0
+
+
+def _raise_open_files_limit() -> None:
+    """Let the server hold as many sockets as the system allows (nginx's worker_rlimit_nofile): a soft limit
+    of 1,024 is what a slowloris exhausts first."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
 
 
 def _check_port(host: str, port: int) -> None:

@@ -94,11 +94,11 @@ def memcached_server() -> Iterator[MemcachedServer]:
 class ServerThread:
     """A real uvicorn server on a free loopback port, in a background thread."""
 
-    def __init__(self, app: Any, port: int | None = None) -> None:
+    def __init__(self, app: Any, port: int | None = None, **options: Any) -> None:
         self.port = port or free_port()
         # proxy_headers off, as `crawlergate serve` runs it: X-Forwarded-* are the gate's to judge.
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", proxy_headers=False
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", proxy_headers=False, **options
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
