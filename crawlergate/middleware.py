@@ -22,12 +22,22 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
-from crawlergate.core import Decision, GateCore, Route, Unstored
+from crawlergate.core import Decision, GateCore, RequestHeaders, Route, Unstored
 from crawlergate.errors import OriginError
 from crawlergate.keys import CacheKey
 from crawlergate.origin import AsgiOrigin, PageTooLarge, PublicSite
 from crawlergate.page import Page
-from crawlergate.serve import Response, page_response, plain_response, send_response
+from crawlergate.serve import Response, accepts_gzip, page_response, plain_response, send_response
+
+# Pages up to this size are gzipped, hashed or decompressed on the event loop (tens of microseconds);
+# larger ones in a worker thread, so one big page never stalls every other request.
+INLINE_PAGE_BYTES = 256 * 1024
+
+
+async def _answer(page: Page, method: str, request: RequestHeaders, *, outcome: bytes) -> Response:
+    if len(page.body_gz) > INLINE_PAGE_BYTES // 4 and not accepts_gzip(request.accept_encoding):
+        return await anyio.to_thread.run_sync(lambda: page_response(page, method, request, outcome=outcome))
+    return page_response(page, method, request, outcome=outcome)
 
 
 class CrawlerGateMiddleware:
@@ -124,7 +134,7 @@ class CrawlerGateMiddleware:
         found = self.cache.lookup_l1(key) or await anyio.to_thread.run_sync(self.cache.lookup_l2, key)
         if found is not None and self.core.is_fresh(found.page):
             await send_response(
-                send, page_response(found.page, method, request, outcome=b"%s-hit" % found.level.encode())
+                send, await _answer(found.page, method, request, outcome=b"%s-hit" % found.level.encode())
             )
             self.metrics.record_since("crawler", f"{found.level}-hit", started)
             return
@@ -137,7 +147,7 @@ class CrawlerGateMiddleware:
             error = exc
         response: Response | None
         if isinstance(result, Page):
-            response, outcome = page_response(result, method, request, outcome=b"miss"), "miss"
+            response, outcome = await _answer(result, method, request, outcome=b"miss"), "miss"
         else:
             # The rare paths (errors, unstorable answers) may read L2 for a stale copy: a worker thread.
             response, outcome = await anyio.to_thread.run_sync(
@@ -163,7 +173,11 @@ class CrawlerGateMiddleware:
             self.metrics.origin_errors += 1
             self.metrics.count_not_stored("too-big" if isinstance(exc, PageTooLarge) else "origin-error")
             raise
-        judged = self.core.judge_fill(key, response)
+        # Compressing and hashing a big page takes the event loop for a while (297 ms for 8 MB): a thread.
+        if len(response.body) > INLINE_PAGE_BYTES:
+            judged = await anyio.to_thread.run_sync(self.core.judge_fill, key, response)
+        else:
+            judged = self.core.judge_fill(key, response)
         if isinstance(judged, Unstored):
             if judged.has("origin-error") or judged.has("incomplete"):
                 self.metrics.origin_errors += 1

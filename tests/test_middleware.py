@@ -606,3 +606,24 @@ async def test_middleware_stores_the_sites_gzip_as_it_came(tmp_path: Path) -> No
     assert hit.content == body and identity.content == body
     found = gate.cache.lookup(gate.keys.key_for(b"/t/1"))  # type: ignore[arg-type]
     assert found is not None and found.page.body_gz == site_gzip
+
+
+async def test_middleware_big_pages_are_compressed_off_the_event_loop(tmp_path: Path) -> None:
+    import threading
+
+    big = b"<p>" + bytes(range(256)) * 4096 + b"</p>"  # 1 MB that gzip cannot shrink much
+    answers = [[_start(), {"type": "http.response.body", "body": big}]]
+    gate = CrawlerGateMiddleware(_raw_site(answers), settings=Settings(l2=L2Settings(cache_dir=str(tmp_path))))
+    judged_in: list[str] = []
+    judge = gate.core.judge_fill
+
+    def recording(*args: Any) -> Any:
+        judged_in.append(threading.current_thread().name)
+        return judge(*args)
+
+    gate.core.judge_fill = recording  # type: ignore[method-assign]
+    async with _client(gate) as client:
+        miss = await client.get("/t/1", headers=GOOGLEBOT)
+        identity = await client.get("/t/1", headers={**GOOGLEBOT, "accept-encoding": "identity"})
+    assert miss.content == big and identity.content == big
+    assert judged_in and judged_in[0] != threading.main_thread().name
