@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ logger = logging.getLogger(__name__)
 # bounded by settings, not by traffic (1,100 distinct 1 MB pages once took 2 GB here).
 DECODED_PAGES = 1024
 DECODED_MAX_BYTES = 32 * 1024 * 1024
+# L2 pages larger than this are shared between the requests sending them at the same time.
+SHARED_L2_PAGE_BYTES = 256 * 1024
 
 Level = Literal["l1", "l2"]
 
@@ -70,6 +73,8 @@ class TwoLevelCache:
         self._fills: dict[str, asyncio.Future[object]] = {}
         self._decoded: OrderedDict[str, tuple[bytes, Found, float]] = OrderedDict()
         self._decoded_bytes = 0
+        # Big L2 pages some request is still sending, by digest; they leave when the last sender lets go.
+        self._l2_in_use: weakref.WeakValueDictionary[str, Page] = weakref.WeakValueDictionary()
 
     def start(self) -> None:
         self.l2.start()
@@ -116,7 +121,14 @@ class TwoLevelCache:
             self._decoded_bytes -= 2 * len(entry[0])
 
     def lookup_l2(self, key: CacheKey, kind: str = "crawler") -> Found | None:
-        """The L2 copy, promoted into L1 on the way."""
+        """The L2 copy, promoted into L1 on the way.
+
+        A page too big for L1 is read from disk for every request; while one request still holds it (a
+        slow reader of a 7 MB page), others share that copy instead of reading their own.
+        """
+        shared = self._l2_in_use.get(key.digest)
+        if shared is not None:
+            return Found(shared, "l2")
         data = self._get(self.l2, key, kind)
         if data is None:
             return None
@@ -124,6 +136,8 @@ class TwoLevelCache:
         if page is None:
             return None
         self._put(self.l1, key, data, kind)
+        if len(data) > SHARED_L2_PAGE_BYTES:
+            self._l2_in_use[key.digest] = page
         return Found(page, "l2")
 
     def stale_copy(self, key: CacheKey) -> Page | None:
@@ -134,6 +148,7 @@ class TwoLevelCache:
     def store(self, key: CacheKey, page: Page) -> None:
         """Write-through: L2 first (the copy that survives), then L1."""
         self._forget(key.digest)
+        self._l2_in_use.pop(key.digest, None)
         data = page.to_bytes()
         self._put(self.l2, key, data, "crawler")
         self._put(self.l1, key, data, "crawler")
@@ -164,6 +179,7 @@ class TwoLevelCache:
 
     def invalidate(self, key: CacheKey) -> None:
         self._forget(key.digest)
+        self._l2_in_use.pop(key.digest, None)
         for store in (self.l1, self.l2):
             try:
                 store.delete(key.digest)

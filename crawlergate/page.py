@@ -31,7 +31,7 @@ class CorruptPage(ValueError):
     """Raised when stored bytes are not a whole page, likely because a write was cut short."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Page:
     """One cached response: status, gzip body, validators and the headers worth keeping."""
 

@@ -77,3 +77,31 @@ def test_cache_decoded_memo_is_bounded_in_bytes(tmp_path) -> None:
         assert cache.lookup_l1(key) is not None
     assert cache._decoded_bytes <= DECODED_MAX_BYTES
     assert cache._decoded_bytes == sum(2 * len(entry[0]) for entry in cache._decoded.values())
+
+
+def test_cache_big_l2_pages_are_shared_while_in_use(tmp_path) -> None:
+    import gc
+
+    from crawlergate.cache import TwoLevelCache
+    from crawlergate.keys import CacheKey
+    from crawlergate.metrics import Metrics
+    from crawlergate.page import Page
+    from crawlergate.stores.disk import DiskStore
+    from crawlergate.stores.memory import MemoryStore
+
+    cache = TwoLevelCache(MemoryStore(10**8, item_max_bytes=1024), DiskStore(tmp_path, max_bytes=10**9), Metrics())
+    cache.start()
+    key = CacheKey("/big", "b" * 32)
+    body = bytes(range(256)) * 8192  # 2 MB, over L1's 1 KB item limit: an L2 page every time
+    cache.store(key, Page.from_response(200, body, content_type="x", generated_at=1, ttl_seconds=10**9))
+    first = cache.lookup(key)
+    second = cache.lookup(key)
+    assert first is not None and second is not None and first.page is second.page  # one copy for both senders
+    held = first.page
+    del first, second
+    cache.store(key, Page.from_response(200, body + b"!", content_type="x", generated_at=2, ttl_seconds=10**9))
+    renewed = cache.lookup(key)
+    assert renewed is not None and renewed.page is not held and renewed.page.body().endswith(b"!")
+    del held, renewed
+    gc.collect()
+    assert len(cache._l2_in_use) == 0  # nobody sends it: nothing kept
