@@ -81,6 +81,7 @@ def test_cache_decoded_memo_is_bounded_in_bytes(tmp_path) -> None:
 
 def test_cache_big_l2_pages_are_shared_while_in_use(tmp_path) -> None:
     import gc
+    import random
 
     from crawlergate.cache import TwoLevelCache
     from crawlergate.keys import CacheKey
@@ -92,7 +93,7 @@ def test_cache_big_l2_pages_are_shared_while_in_use(tmp_path) -> None:
     cache = TwoLevelCache(MemoryStore(10**8, item_max_bytes=1024), DiskStore(tmp_path, max_bytes=10**9), Metrics())
     cache.start()
     key = CacheKey("/big", "b" * 32)
-    body = bytes(range(256)) * 8192  # 2 MB, over L1's 1 KB item limit: an L2 page every time
+    body = random.Random(5).randbytes(2 * 1024 * 1024)  # 2 MB that gzip cannot shrink, over L1's item limit
     cache.store(key, Page.from_response(200, body, content_type="x", generated_at=1, ttl_seconds=10**9))
     first = cache.lookup(key)
     second = cache.lookup(key)
