@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 # bounded by settings, not by traffic (1,100 distinct 1 MB pages once took 2 GB here).
 DECODED_PAGES = 1024
 DECODED_MAX_BYTES = 32 * 1024 * 1024
+# Seconds between two log lines about failed cache writes.
+STORE_WARNING_INTERVAL_S = 60.0
 # L2 pages larger than this are shared between the requests sending them at the same time.
 SHARED_L2_PAGE_BYTES = 256 * 1024
 
@@ -73,6 +75,7 @@ class TwoLevelCache:
         self._fills: dict[str, asyncio.Future[object]] = {}
         self._decoded: OrderedDict[str, tuple[bytes, Found, float]] = OrderedDict()
         self._decoded_bytes = 0
+        self._next_store_warning = 0.0
         # Big L2 pages some request is still sending, by digest; they leave when the last sender lets go.
         self._l2_in_use: weakref.WeakValueDictionary[str, Page] = weakref.WeakValueDictionary()
 
@@ -114,6 +117,9 @@ class TwoLevelCache:
                 _, (evicted, _, _) = self._decoded.popitem(last=False)
                 self._decoded_bytes -= 2 * len(evicted)
         return found
+
+    def _store_errors(self) -> int:
+        return sum(counters.store_errors for counters in self.metrics.classes.values())
 
     def _forget(self, digest: str) -> None:
         entry = self._decoded.pop(digest, None)
@@ -221,7 +227,11 @@ class TwoLevelCache:
             store.set(key.digest, data)
         except StoreUnavailable as exc:
             self.metrics.count_store_error(kind)
-            logger.debug("store write failed: %s", exc)
+            # Once a minute at most: a full or broken disk fails every write, and each is counted.
+            now = self._monotonic()
+            if now >= self._next_store_warning:
+                self._next_store_warning = now + STORE_WARNING_INTERVAL_S
+                logger.warning("cache write failed (%s store errors so far): %s", self._store_errors(), exc)
 
     def _parse(
         self, store: Store | DiskStore, key: CacheKey, data: bytes, kind: str, *, verify: bool = True

@@ -1,10 +1,13 @@
 """DiskStore: L2, one file per page under a cache directory, written atomically, capped in size.
 
-A page's file is named by its key digest in two levels of shard folders (``ab/cd/abcd….page``),
+A page's file is named by its key digest in one level of 256 shard folders (``ab/abcd….page``),
 never by anything from the URL. Writes go to a temporary file in the same folder, are fsynced,
 then renamed over the old file, so a crash or a full disk never leaves half a page under the
-page's name. The total size is capped: the least recently served pages go first. Recency is kept
-in memory and rebuilt from file times at start, so a read costs no extra system call.
+page's name. The total size is capped, counted as the disk counts it (whole 4 KB blocks): the
+least recently served pages go first. Recency is kept in memory and rebuilt from file times, so a
+read costs no extra system call. Several processes share one directory (``serve --workers``):
+each rescans it now and then (``RESCAN_SECONDS``), so the cap holds for all of them together. A
+full disk makes a write evict pages and try once more instead of failing from then on.
 
     store = DiskStore(Path("/var/cache/crawlergate"), max_bytes=1 << 30)
     store.start()
@@ -13,10 +16,13 @@ in memory and rebuilt from file times at start, so a read costs no extra system 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 from crawlergate.errors import ConfigError, StoreUnavailable
@@ -25,18 +31,33 @@ logger = logging.getLogger(__name__)
 
 SUFFIX = ".page"
 _TEMP_PREFIX = ".tmp-"
+# What a file takes on disk: whole blocks of this size (ext4's and most file systems' default).
+BLOCK_BYTES = 4096
+# How often a process recounts the directory, which other processes write to too.
+RESCAN_SECONDS = 30.0
+# On a full disk, a write first frees this share of the cache (or twice the page, if more).
+ENOSPC_EVICT_SHARE = 0.1
 
 
 class DiskStore:
     """Pages as files under ``root``; ``max_bytes`` caps their total size."""
 
-    def __init__(self, root: Path, *, max_bytes: int, page_max_bytes: int = 8 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_bytes: int,
+        page_max_bytes: int = 8 * 1024 * 1024,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.root = root
         self.max_bytes = max_bytes
         self.page_max_bytes = page_max_bytes
         self.used_bytes = 0
         self._recency: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
+        self._clock = clock
+        self._rescan_at = 0.0
 
     def start(self) -> None:
         """Create the directory, drop temporary files a crash left behind, and index the pages."""
@@ -47,22 +68,39 @@ class DiskStore:
             probe.unlink()
         except OSError as exc:
             raise ConfigError(f"Cache directory '{self.root}' is not usable: {exc.strerror or exc}.") from None
+        self._rescan(moving=True)
+
+    def _rescan(self, *, moving: bool = False) -> None:
+        """Count the pages on disk afresh (other processes write here too), then evict past the cap.
+
+        Pages this process served keep their place in its recency order; the others go by file time.
+        ``moving`` also moves pages of an older folder layout to their place and drops temporary files.
+        """
         found: list[tuple[float, str, int]] = []
         for folder, _, files in os.walk(self.root):
             for name in files:
                 path = os.path.join(folder, name)
                 if name.startswith(_TEMP_PREFIX):
-                    with contextlib.suppress(OSError):
-                        os.unlink(path)
+                    if moving:
+                        with contextlib.suppress(OSError):
+                            os.unlink(path)
                 elif name.endswith(SUFFIX):
                     with contextlib.suppress(OSError):
-                        stat = os.stat(path)
-                        found.append((stat.st_mtime, name.removesuffix(SUFFIX), stat.st_size))
+                        key = name.removesuffix(SUFFIX)
+                        if moving and Path(path) != self.path_for(key):
+                            self.path_for(key).parent.mkdir(parents=True, exist_ok=True)
+                            os.replace(path, self.path_for(key))
+                        stat = os.stat(self.path_for(key))
+                        found.append((stat.st_mtime, key, _on_disk(stat.st_size)))
         found.sort()
         with self._lock:
-            for _, key, size in found:
-                self._recency[key] = size
-                self.used_bytes += size
+            served = [key for key in self._recency]
+            self._recency = OrderedDict((key, size) for _, key, size in found)
+            for key in served:
+                if key in self._recency:
+                    self._recency.move_to_end(key)
+            self.used_bytes = sum(self._recency.values())
+            self._rescan_at = self._clock() + RESCAN_SECONDS
         self._evict()
 
     def __len__(self) -> int:
@@ -73,7 +111,7 @@ class DiskStore:
         return key in self._recency
 
     def path_for(self, key: str) -> Path:
-        return self.root / key[0:2] / key[2:4] / (key + SUFFIX)
+        return self.root / key[0:2] / (key + SUFFIX)
 
     def get(self, key: str) -> bytes | None:
         try:
@@ -90,6 +128,26 @@ class DiskStore:
     def set(self, key: str, value: bytes) -> None:
         if len(value) > self.page_max_bytes:
             return
+        try:
+            self._write(key, value)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise StoreUnavailable(f"L2 write of {key}: {exc.strerror}") from exc
+            # The disk is full (of our pages or of something else): make room, then try once more.
+            self._free(max(int(self.used_bytes * ENOSPC_EVICT_SHARE), 2 * _on_disk(len(value))))
+            try:
+                self._write(key, value)
+            except OSError as again:
+                raise StoreUnavailable(f"L2 write of {key}: {again.strerror}") from again
+        with self._lock:
+            self.used_bytes += _on_disk(len(value)) - self._recency.pop(key, 0)
+            self._recency[key] = _on_disk(len(value))
+        if self._clock() >= self._rescan_at:
+            self._rescan()
+        else:
+            self._evict()
+
+    def _write(self, key: str, value: bytes) -> None:
         path = self.path_for(key)
         temp = path.with_name(f"{_TEMP_PREFIX}{key}-{os.getpid()}-{threading.get_ident()}")
         try:
@@ -99,14 +157,10 @@ class DiskStore:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(temp, path)
-        except OSError as exc:
+        except OSError:
             with contextlib.suppress(OSError):
                 temp.unlink()
-            raise StoreUnavailable(f"L2 write of {key}: {exc.strerror}") from exc
-        with self._lock:
-            self.used_bytes += len(value) - self._recency.pop(key, 0)
-            self._recency[key] = len(value)
-        self._evict()
+            raise
 
     def delete(self, key: str) -> None:
         try:
@@ -126,11 +180,21 @@ class DiskStore:
         pass
 
     def _evict(self) -> None:
-        while True:
+        self._free(self.used_bytes - self.max_bytes)
+
+    def _free(self, wanted_bytes: int) -> None:
+        """Delete the least recently served pages until ``wanted_bytes`` are freed."""
+        freed = 0
+        while freed < wanted_bytes:
             with self._lock:
-                if self.used_bytes <= self.max_bytes or not self._recency:
+                if not self._recency:
                     return
                 key, size = self._recency.popitem(last=False)
                 self.used_bytes -= size
+            freed += size
             with contextlib.suppress(OSError):
                 self.path_for(key).unlink()
+
+
+def _on_disk(size: int) -> int:
+    return -(-size // BLOCK_BYTES) * BLOCK_BYTES
