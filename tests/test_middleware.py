@@ -627,3 +627,20 @@ async def test_middleware_big_pages_are_compressed_off_the_event_loop(tmp_path: 
         identity = await client.get("/t/1", headers={**GOOGLEBOT, "accept-encoding": "identity"})
     assert miss.content == big and identity.content == big
     assert judged_in and judged_in[0] != threading.main_thread().name
+
+
+async def test_middleware_empty_200_never_replaces_a_stored_page(tmp_path: Path) -> None:
+    whole = [_start(), {"type": "http.response.body", "body": b"<p>whole page</p>"}]
+    empty = [_start(), {"type": "http.response.body", "body": b""}]
+    clock = [1000.0]
+    gate = CrawlerGateMiddleware(
+        _raw_site([whole, empty]),
+        settings=Settings(l2=L2Settings(cache_dir=str(tmp_path)), cache=CacheSettings(ttl_seconds=10)),
+        clock=lambda: clock[0],
+    )
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        clock[0] += 60
+        stale = await client.get("/t/1", headers=GOOGLEBOT)
+    assert (stale.headers["x-crawlergate"], stale.text) == ("stale", "<p>whole page</p>")
+    assert gate.stats()["not_stored"] == {"empty": 1}
