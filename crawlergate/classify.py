@@ -29,6 +29,7 @@ Kind = Literal["crawler", "human"]
 # Real user agents stay under 1 KB; longer ones are judged on their head, so a hostile 64 KB
 # header costs no more than a long real one and cannot bloat the memo.
 MAX_USER_AGENT_CHARS = 2048
+MEMO_MAX_CHARS = 512
 
 UNKNOWN_FAMILY = "unknown"
 
@@ -118,8 +119,10 @@ class Classifier:
             user_agent = user_agent.decode("latin-1")
         elif not isinstance(user_agent, str):
             return HUMAN
-        if len(user_agent) > MAX_USER_AGENT_CHARS:
-            user_agent = user_agent[:MAX_USER_AGENT_CHARS]
+        if len(user_agent) > MEMO_MAX_CHARS:
+            # Real user agents are shorter; long ones are classified each time, so the memo's memory stays
+            # bounded (memo_size x 512 characters) whatever clients send.
+            return self._classify(user_agent[:MAX_USER_AGENT_CHARS])
         return self._memo(user_agent)
 
     def classify_request(
