@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from crawlergate.origintransport import OriginTransport
+from tests.conftest import ServerThread, free_port
+
+pytestmark = pytest.mark.e2e
+TIMEOUTS = {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0}
+
+
+@pytest.fixture(scope="module")
+def origin() -> Iterator[ServerThread]:
+    async def upload(request: Request) -> Response:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+        return JSONResponse({"received": size, "chunked": request.headers.get("transfer-encoding")})
+
+    async def slow(request: Request) -> Response:
+        await asyncio.sleep(2)
+        return Response("late")
+
+    server = ServerThread(Starlette(routes=[Route("/upload", upload, methods=["POST"]), Route("/slow", slow)])).start()
+    yield server
+    server.stop()
+
+
+async def _fetch(transport: OriginTransport, request: httpx.Request) -> tuple[int, bytes]:
+    response = await transport.handle_async_request(request)
+    try:
+        body = b"".join([chunk async for chunk in response.aiter_raw()])
+    finally:
+        await response.aclose()
+    return response.status_code, body
+
+
+def test_origintransport_streams_a_body_of_unknown_length(origin: ServerThread) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(64):
+            yield b"u" * 65536
+
+    async def run() -> tuple[int, bytes]:
+        transport = OriginTransport()
+        try:
+            request = httpx.Request("POST", f"{origin.url}/upload", content=chunks(), extensions={"timeout": TIMEOUTS})
+            return await _fetch(transport, request)
+        finally:
+            await transport.aclose()
+
+    status, body = asyncio.run(run())
+    assert status == 200 and body == b'{"received":4194304,"chunked":"chunked"}'
+
+
+def test_origintransport_read_timeout(origin: ServerThread) -> None:
+    async def run() -> None:
+        transport = OriginTransport()
+        try:
+            timeouts = {**TIMEOUTS, "read": 0.2}
+            await _fetch(transport, httpx.Request("GET", f"{origin.url}/slow", extensions={"timeout": timeouts}))
+        finally:
+            await transport.aclose()
+
+    with pytest.raises(httpx.ReadTimeout):
+        asyncio.run(run())
+
+
+def test_origintransport_retries_a_keep_alive_connection_the_origin_closed() -> None:
+    port = free_port()
+    server = socket.create_server(("127.0.0.1", port))
+    server.settimeout(0.2)
+    stop = threading.Event()
+    accepted: list[int] = []
+
+    def serve() -> None:  # answers one request per connection, then closes it without saying so
+        while not stop.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(1)
+            with connection:
+                connection.settimeout(5)
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    async def run() -> list[int]:
+        transport = OriginTransport()
+        try:
+            statuses = []
+            for _ in range(3):
+                request = httpx.Request("GET", f"http://127.0.0.1:{port}/", extensions={"timeout": TIMEOUTS})
+                statuses.append((await _fetch(transport, request))[0])
+                await asyncio.sleep(0.05)  # the origin's close arrives while the connection is idle
+            return statuses
+        finally:
+            await transport.aclose()
+
+    try:
+        assert asyncio.run(run()) == [200, 200, 200]
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        server.close()
+    assert len(accepted) == 3
