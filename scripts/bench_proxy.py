@@ -51,8 +51,14 @@ def start_gate(folder: Path, port: int, origin: int, workers: int) -> subprocess
 def start_nginx(folder: Path, port: int, origin: int, workers: int) -> subprocess.Popen[bytes]:
     prefix = folder / f"nginx-{workers}"
     (prefix / "cache").mkdir(parents=True)
-    config = (HERE / "nginx-proxy-cache.conf").read_text()
-    for name, value in {"workers": workers, "prefix": prefix, "origin": f"127.0.0.1:{origin}", "port": port}.items():
+    template = (HERE / "nginx-proxy-cache.conf").read_text()
+    return _run_nginx(prefix, template, {"workers": workers, "origin": f"127.0.0.1:{origin}", "port": port})
+
+
+def _run_nginx(prefix: Path, template: str, values: dict[str, object]) -> subprocess.Popen[bytes]:
+    """nginx with ``template``'s {placeholders} filled in, its files under ``prefix``."""
+    config = template
+    for name, value in {**values, "prefix": prefix}.items():
         config = config.replace("{" + name + "}", str(value))
     (prefix / "nginx.conf").write_text(config)
     return subprocess.Popen(["nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf")], stderr=subprocess.DEVNULL)
@@ -92,11 +98,7 @@ def start_gunicorn(port: int, worker_class: str, page_ms: float) -> subprocess.P
 def start_plain_nginx(folder: Path, port: int, origin: int) -> subprocess.Popen[bytes]:
     prefix = folder / f"nginx-plain-{port}"
     prefix.mkdir(parents=True)
-    config = NGINX_PLAIN_PROXY
-    for name, value in {"prefix": prefix, "origin": f"127.0.0.1:{origin}", "port": port}.items():
-        config = config.replace("{" + name + "}", str(value))
-    (prefix / "nginx.conf").write_text(config)
-    return subprocess.Popen(["nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf")], stderr=subprocess.DEVNULL)
+    return _run_nginx(prefix, NGINX_PLAIN_PROXY, {"origin": f"127.0.0.1:{origin}", "port": port})
 
 
 def bench_django(args: argparse.Namespace) -> None:

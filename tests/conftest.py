@@ -5,7 +5,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +119,62 @@ class ServerThread:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=20)
+
+
+class RawHttpServer:
+    """An HTTP/1.1 server on a raw socket that answers as told, for origins that misbehave on purpose.
+
+    ``answer(method, path)`` gives the bytes to send and whether to close the connection after them;
+    each connection serves at most 100 requests, and ``accepted`` counts the connections.
+    """
+
+    def __init__(self, answer: Callable[[bytes, bytes], tuple[bytes, bool]]) -> None:
+        self.answer = answer
+        self.port = free_port()
+        self.accepted = 0
+        self._server = socket.create_server(("127.0.0.1", self.port))
+        self._server.settimeout(0.2)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> RawHttpServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
+        self._server.close()
+
+    def _serve(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                connection, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            self.accepted += 1
+            threading.Thread(target=self._connection, args=(connection,), daemon=True).start()
+
+    def _connection(self, connection: socket.socket) -> None:
+        connection.settimeout(5)
+        buffer = b""
+        with connection:
+            for _ in range(100):
+                while b"\r\n\r\n" not in buffer:
+                    try:
+                        chunk = connection.recv(65536)
+                    except OSError:
+                        return
+                    if not chunk:
+                        return
+                    buffer += chunk
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                method, path = head.split(b" ")[:2]
+                data, close = self.answer(method, path)
+                connection.sendall(data)
+                if close:
+                    return

@@ -2,13 +2,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from crawlergate.httpclient import ConnectionPool, ReplayError
-from tests.conftest import free_port
+from tests.conftest import RawHttpServer, free_port
 
 ANSWERS = {
     b"/plain": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Crawlergate: l1-hit\r\n\r\nhello",
@@ -20,56 +19,18 @@ ANSWERS = {
 
 
 @pytest.fixture
-def origin() -> Iterator[tuple[int, list[int]]]:
-    """A keep-alive server on a raw socket; the list counts the connections it accepted."""
-    port = free_port()
-    server = socket.create_server(("127.0.0.1", port))
-    server.settimeout(0.2)
-    accepted: list[int] = []
-    stop = threading.Event()
-
-    def connection(conn: socket.socket) -> None:
-        buffer = b""
-        with conn:
-            conn.settimeout(5)
-            for _ in range(100):
-                while b"\r\n\r\n" not in buffer:
-                    try:
-                        chunk = conn.recv(4096)
-                    except OSError:
-                        return
-                    if not chunk:
-                        return
-                    buffer += chunk
-                head, _, buffer = buffer.partition(b"\r\n\r\n")
-                path = head.split(b" ")[1]
-                conn.sendall(ANSWERS[path])
-                if path == b"/close":
-                    return
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            accepted.append(1)
-            threading.Thread(target=connection, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield port, accepted
-    stop.set()
-    thread.join(timeout=5)
-    server.close()
+def origin() -> Iterator[RawHttpServer]:
+    server = RawHttpServer(lambda method, path: (ANSWERS[path], path == b"/close")).start()
+    yield server
+    server.stop()
 
 
 def _request(method: str, path: str) -> bytes:
     return f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
 
 
-def test_httpclient_keeps_connections_alive_and_reads_every_framing(origin: tuple[int, list[int]]) -> None:
-    port, accepted = origin
+def test_httpclient_keeps_connections_alive_and_reads_every_framing(origin: RawHttpServer) -> None:
+    port = origin.port
 
     async def run() -> list[tuple[int, str]]:
         async with ConnectionPool("127.0.0.1", port, size=1) as pool:
@@ -81,11 +42,11 @@ def test_httpclient_keeps_connections_alive_and_reads_every_framing(origin: tupl
             return answers
 
     assert asyncio.run(run()) == [(200, "l1-hit"), (200, ""), (200, ""), (304, "")]
-    assert len(accepted) == 1  # one connection for all four
+    assert origin.accepted == 1  # one connection for all four
 
 
-def test_httpclient_reconnects_after_connection_close(origin: tuple[int, list[int]]) -> None:
-    port, accepted = origin
+def test_httpclient_reconnects_after_connection_close(origin: RawHttpServer) -> None:
+    port = origin.port
 
     async def run() -> list[int]:
         async with ConnectionPool("127.0.0.1", port, size=1) as pool:
@@ -93,7 +54,7 @@ def test_httpclient_reconnects_after_connection_close(origin: tuple[int, list[in
                     for path in ("/close", "/plain", "/close", "/plain")]  # fmt: skip
 
     assert asyncio.run(run()) == [404, 200, 404, 200]
-    assert len(accepted) == 3
+    assert origin.accepted == 3
 
 
 def test_httpclient_errors_have_kinds() -> None:

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -13,7 +11,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from crawlergate.origintransport import OriginTransport
-from tests.conftest import ServerThread, free_port
+from tests.conftest import RawHttpServer, ServerThread
 
 pytestmark = pytest.mark.e2e
 TIMEOUTS = {"connect": 5.0, "read": 5.0, "write": 5.0, "pool": 5.0}
@@ -76,33 +74,15 @@ def test_origintransport_read_timeout(origin: ServerThread) -> None:
 
 
 def test_origintransport_retries_a_keep_alive_connection_the_origin_closed() -> None:
-    port = free_port()
-    server = socket.create_server(("127.0.0.1", port))
-    server.settimeout(0.2)
-    stop = threading.Event()
-    accepted: list[int] = []
-
-    def serve() -> None:  # answers one request per connection, then closes it without saying so
-        while not stop.is_set():
-            try:
-                connection, _ = server.accept()
-            except TimeoutError:
-                continue
-            accepted.append(1)
-            with connection:
-                connection.settimeout(5)
-                connection.recv(65536)
-                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    # The origin answers one request per connection, then closes it without saying so.
+    origin = RawHttpServer(lambda method, path: (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", True)).start()
 
     async def run() -> list[int]:
         transport = OriginTransport()
         try:
             statuses = []
             for _ in range(3):
-                request = httpx.Request("GET", f"http://127.0.0.1:{port}/", extensions={"timeout": TIMEOUTS})
+                request = httpx.Request("GET", f"{origin.url}/", extensions={"timeout": TIMEOUTS})
                 statuses.append((await _fetch(transport, request))[0])
                 await asyncio.sleep(0.05)  # the origin's close arrives while the connection is idle
             return statuses
@@ -112,7 +92,5 @@ def test_origintransport_retries_a_keep_alive_connection_the_origin_closed() -> 
     try:
         assert asyncio.run(run()) == [200, 200, 200]
     finally:
-        stop.set()
-        thread.join(timeout=5)
-        server.close()
-    assert len(accepted) == 3
+        origin.stop()
+    assert origin.accepted == 3

@@ -22,7 +22,7 @@ from starlette.routing import Route
 from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
 from crawlergate.demo.forum import create_forum
 from crawlergate.proxy import create_app
-from tests.conftest import ServerThread, free_port
+from tests.conftest import RawHttpServer, ServerThread, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -401,86 +401,45 @@ def test_proxy_behind_tls_front_fills_as_https_and_never_serves_a_redirect_to_se
     assert stats["not_stored"] == {"redirect-to-self": 2}
 
 
-class RawOrigin:
-    """A keep-alive origin on a raw socket that misbehaves as some servers do, one answer per path."""
+SMUGGLED = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 35\r\n\r\n<script>alert('poisoned')</script>"
 
-    SMUGGLED = (
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 35\r\n\r\n<script>alert('poisoned')</script>"
-    )
 
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.server = socket.create_server(("127.0.0.1", self.port))
-        self.server.settimeout(0.2)
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+def misbehaving_answer(method: bytes, path: bytes) -> tuple[bytes, bool]:
+    """What a keep-alive origin that misbehaves as some servers do sends, one answer per path."""
+    return _misbehaving(method, path), path.startswith(b"/cut")  # a cut answer closes, as a crashed worker's
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
-    def stop(self) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=5)
-        self.server.close()
+def _misbehaving(method: bytes, path: bytes) -> bytes:
+    def page(body: bytes, extra: bytes = b"") -> bytes:
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n%s\r\n" % (len(body), extra)
 
-    def _serve(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                connection, _ = self.server.accept()
-            except TimeoutError:
-                continue
-            threading.Thread(target=self._connection, args=(connection,), daemon=True).start()
-
-    def _connection(self, connection: socket.socket) -> None:
-        connection.settimeout(5)
-        buffer = b""
-        with connection:
-            for _ in range(100):  # bounded: at most 100 requests a connection
-                while b"\r\n\r\n" not in buffer:
-                    try:
-                        chunk = connection.recv(65536)
-                    except OSError:
-                        return
-                    if not chunk:
-                        return
-                    buffer += chunk
-                head, _, buffer = buffer.partition(b"\r\n\r\n")
-                method, path = head.split(b" ")[:2]
-                connection.sendall(self._answer(method, path))
-                if path.startswith(b"/cut"):
-                    return  # the connection closes mid-answer, as a crashed worker's does
-
-    def _answer(self, method: bytes, path: bytes) -> bytes:
-        def page(body: bytes, extra: bytes = b"") -> bytes:
-            return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n%s\r\n" % (len(body), extra)
-
-        if path == b"/reflect":  # sends the body on HEAD too, as simple servers do
-            return page(self.SMUGGLED) + self.SMUGGLED
-        if path == b"/cllong":  # more bytes than its Content-Length
-            return page(b"hello") + b"hello" + self.SMUGGLED
-        if path == b"/cut-chunked":  # the origin dies mid-body
-            return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhalf \r\n"
-        if path == b"/cut-length":
-            return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1000\r\n\r\nhalf a page"
-        if path == b"/both":  # Content-Length and chunked at once
-            return b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
-        if path == b"/bomb":
-            bomb = gzip.compress(b"\0" * (20 * MB), compresslevel=9)
-            return page(bomb, b"Content-Encoding: gzip\r\n")[: -len(b"\r\n")] + b"\r\n" + bomb
-        body = b"<p>page " + path + b"</p>"
-        return page(body) + (body if method != b"HEAD" else b"")
+    if path == b"/reflect":  # sends the body on HEAD too, as simple servers do
+        return page(SMUGGLED) + SMUGGLED
+    if path == b"/cllong":  # more bytes than its Content-Length
+        return page(b"hello") + b"hello" + SMUGGLED
+    if path == b"/cut-chunked":  # the origin dies mid-body
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhalf \r\n"
+    if path == b"/cut-length":
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1000\r\n\r\nhalf a page"
+    if path == b"/both":  # Content-Length and chunked at once
+        return b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    if path == b"/bomb":
+        bomb = gzip.compress(b"\0" * (20 * MB), compresslevel=9)
+        return page(bomb, b"Content-Encoding: gzip\r\n")[: -len(b"\r\n")] + b"\r\n" + bomb
+    body = b"<p>page " + path + b"</p>"
+    return page(body) + (body if method != b"HEAD" else b"")
 
 
 @pytest.fixture
-def raw_origin() -> Iterator[RawOrigin]:
-    origin = RawOrigin()
+def raw_origin() -> Iterator[RawHttpServer]:
+    origin = RawHttpServer(misbehaving_answer).start()
     yield origin
     origin.stop()
 
 
-def test_proxy_leftover_bytes_of_an_origin_never_become_a_stored_page(raw_origin: RawOrigin, tmp_path: Path) -> None:
+def test_proxy_leftover_bytes_of_an_origin_never_become_a_stored_page(
+    raw_origin: RawHttpServer, tmp_path: Path
+) -> None:
     proxy = _proxy(raw_origin.url, tmp_path, public_url="https://site.example")
     try:
         with httpx.Client(base_url=proxy.url) as client:
@@ -496,7 +455,7 @@ def test_proxy_leftover_bytes_of_an_origin_never_become_a_stored_page(raw_origin
     assert all(answer.headers["x-crawlergate"] == "l1-hit" for answer in again)
 
 
-def test_proxy_refuses_targets_and_hosts_an_origin_must_not_see(raw_origin: RawOrigin, tmp_path: Path) -> None:
+def test_proxy_refuses_targets_and_hosts_an_origin_must_not_see(raw_origin: RawHttpServer, tmp_path: Path) -> None:
     proxy = _proxy(raw_origin.url, tmp_path)
     try:
         answers = []
@@ -517,7 +476,7 @@ def test_proxy_refuses_targets_and_hosts_an_origin_must_not_see(raw_origin: RawO
     assert both.status_code == 502
 
 
-def test_proxy_gzip_bomb_is_too_big_to_store(raw_origin: RawOrigin, tmp_path: Path) -> None:
+def test_proxy_gzip_bomb_is_too_big_to_store(raw_origin: RawHttpServer, tmp_path: Path) -> None:
     proxy = _proxy(raw_origin.url, tmp_path)
     try:
         answer = httpx.get(f"{proxy.url}/bomb", headers={**GOOGLEBOT, "accept-encoding": "gzip"})
@@ -573,7 +532,7 @@ def test_proxy_address_claims_of_untrusted_clients_never_reach_the_origin(echo: 
 
 
 @pytest.mark.parametrize("path", ["/cut-chunked", "/cut-length"])
-def test_proxy_half_a_page_is_never_stored_or_handed_on(raw_origin: RawOrigin, tmp_path: Path, path: str) -> None:
+def test_proxy_half_a_page_is_never_stored_or_handed_on(raw_origin: RawHttpServer, tmp_path: Path, path: str) -> None:
     proxy = _proxy(raw_origin.url, tmp_path)
     try:
         with httpx.Client(base_url=proxy.url, headers=GOOGLEBOT) as client:
