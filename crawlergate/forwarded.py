@@ -11,16 +11,29 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
+_KNOWN_ADDRESSES = 4096
+
 
 class TrustedProxies:
     """A set of addresses and networks whose forwarding headers are believed."""
 
     def __init__(self, entries: Iterable[str]) -> None:
         self._networks = [ipaddress.ip_network(entry, strict=False) for entry in entries]
+        # Answers for the addresses seen last: parsing one costs more than the rest of a pass-through's
+        # header work. Bounded: emptied when full, so a sweep of addresses only costs the parsing.
+        self._known: dict[str, bool] = {}
 
     def __contains__(self, address: object) -> bool:
         if not self._networks or not isinstance(address, str) or not address:
             return False
+        known = self._known.get(address)
+        if known is None:
+            if len(self._known) >= _KNOWN_ADDRESSES:
+                self._known.clear()
+            known = self._known[address] = self._trusts(address)
+        return known
+
+    def _trusts(self, address: str) -> bool:
         try:
             ip = ipaddress.ip_address(address)
         except ValueError:

@@ -34,19 +34,64 @@ class HeadLimits:
         cls.timeout_s = settings.header_timeout_seconds
 
 
+class _HeadJoiningTransport:
+    """The connection's transport, with each response's head held until its first body bytes.
+
+    uvicorn writes a head and its body separately: two system calls and two TCP segments, each waking
+    the client, for a page that was whole in memory. The head is held back to go out with the body in
+    one write; a response without body bytes (HEAD, 304) releases it when it completes.
+    """
+
+    __slots__ = ("_transport", "_protocol", "_held", "_held_for")
+
+    def __init__(self, transport: asyncio.Transport, protocol: HttpToolsProtocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self._held: bytes | None = None
+        self._held_for: object = None
+
+    def write(self, data: bytes) -> None:
+        cycle = self._protocol.cycle
+        # The first write of a response under way is its head (a 100 Continue comes before it starts).
+        if cycle is not None and cycle is not self._held_for and cycle.response_started and not cycle.response_complete:
+            self.flush()
+            self._held_for = cycle
+            self._held = data
+            return
+        if self._held is not None:
+            data = self._held + data
+            self._held = None
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """HttpToolsProtocol that refuses oversized heads (431) and closes connections whose head is late."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_bytes = 0
+        # The last bytes of the head read so far: its end ("\r\n\r\n") may straddle two reads.
+        self._head_tail = b""
         self._header_count = 0
         # True from the first byte of a request until its headers are complete.
         self._reading_head = True
         self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        self._writes = _HeadJoiningTransport(transport, self)
+        super().connection_made(self._writes)  # type: ignore[arg-type]
         self._start_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -55,7 +100,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._reading_head:
-            self._head_bytes += len(data)
+            # Only the head's bytes count: a read may hold the head and the start of a large upload.
+            window = self._head_tail + data
+            end = window.find(b"\r\n\r\n")
+            self._head_bytes += len(data) if end < 0 else max(0, end + 4 - len(self._head_tail))
+            self._head_tail = window[-3:]
             if self._head_bytes > HeadLimits.max_bytes:
                 self._refuse_head()
                 return
@@ -82,8 +131,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
+        self._writes.flush()
         # The next request's head starts counting afresh; its timer starts with its first byte.
         self._head_bytes = 0
+        self._head_tail = b""
         self._reading_head = True
         super().on_response_complete()
 

@@ -1,9 +1,11 @@
-"""The proxy's HTTP/1.1 client leg: an httpx transport on asyncio protocols, responses parsed by httptools.
+"""The proxy's HTTP/1.1 client leg: asyncio protocols, answers parsed by httptools, pooled keep-alive.
 
 httpcore parses HTTP in Python (h11) and costs about 0.3 ms a request in its pool and models: most
 of what a person's request paid to pass through ``serve`` (nginx pays 0.04 ms). Here a request head
 is one write, the answer's head is parsed in C, and its body streams to the caller through a small
-queue with flow control both ways, so a 1 GB upload or download never sits in memory.
+queue with flow control both ways, so a 1 GB upload or download never sits in memory. The proxy
+calls ``exchange`` with the bytes it has (no request, URL or response objects: their construction
+was a third of what remained); ``handle_async_request`` serves httpx clients.
 
 A connection is reused only when its previous answer ended exactly where the protocol says: bytes
 an origin sends past the end of an answer (a body on HEAD, more than its Content-Length) close it,
@@ -11,7 +13,12 @@ so they can never be read as the next request's answer. ``keep_alive=False`` clo
 after one answer (the proxy's fills and HEAD requests).
 
     transport = OriginTransport(max_connections=512)
-    response = await transport.handle_async_request(httpx.Request("GET", "http://127.0.0.1:8000/"))
+    address = OriginAddress("http", "127.0.0.1", 8000, b"127.0.0.1:8000")
+    answer = await transport.exchange("GET", address, b"/", [], None, {"read": 60.0})
+    try:
+        page = answer.received_body() or b"".join([chunk async for chunk in answer])
+    finally:
+        await answer.aclose()
 """
 
 from __future__ import annotations
@@ -19,13 +26,33 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from typing import NamedTuple
 
 import httptools
 import httpx
 
 # Body bytes queued for the caller before the connection stops reading from the origin.
 _READ_HIGH_WATER = 256 * 1024
+
+# A request body: none, bytes held in memory, or a stream of chunks.
+RequestBody = bytes | AsyncIterable[bytes] | None
+# Seconds for "connect", "read", "write" and "pool" (httpx's names); a missing one waits for ever.
+Timeouts = Mapping[str, float | None]
+
+
+class OriginAddress(NamedTuple):
+    """Where an origin listens: its pool key, and the Host its requests carry by default."""
+
+    scheme: str
+    host: str
+    port: int
+    netloc: bytes
+
+    @classmethod
+    def from_url(cls, url: httpx.URL) -> OriginAddress:
+        port = url.port or (443 if url.scheme == "https" else 80)
+        return cls(url.scheme, url.host, port, url.netloc)
 
 
 class _Connection(asyncio.Protocol):
@@ -48,7 +75,7 @@ class _Connection(asyncio.Protocol):
         self._head_only = False
         self._keep_alive = True
         # (scheme, host, port): the pool the connection belongs to.
-        self.address: tuple[str, str, int] = ("", "", 0)
+        self.address = OriginAddress("", "", 0, b"")
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -110,7 +137,7 @@ class _Connection(asyncio.Protocol):
             self._finish()
 
     # the request
-    async def send(self, request: httpx.Request, head: bytes) -> None:
+    async def send(self, method: str, head: bytes, body: RequestBody, chunked: bool) -> None:
         assert self.transport is not None
         self._parser = httptools.HttpResponseParser(self)
         self._head = asyncio.get_running_loop().create_future()
@@ -120,10 +147,12 @@ class _Connection(asyncio.Protocol):
         self._done = False
         self._error = None
         self.reusable = False
-        self._head_only = request.method == "HEAD"
+        self._head_only = method == "HEAD"
+        if body is None or isinstance(body, bytes):
+            self.transport.write(head + body if body else head)
+            return
         self.transport.write(head)
-        chunked = request.headers.get("transfer-encoding", "").lower() == "chunked"
-        async for chunk in request.stream:  # type: ignore[union-attr]
+        async for chunk in body:
             if not chunk:
                 continue
             await self._writable.wait()
@@ -136,7 +165,10 @@ class _Connection(asyncio.Protocol):
     async def head(self, timeout_s: float | None) -> tuple[int, list[tuple[bytes, bytes]]]:
         assert self._head is not None
         try:
-            return await asyncio.wait_for(asyncio.shield(self._head), timeout_s)
+            # asyncio.timeout, not wait_for: no task per request. A cancelled wait cancels ``_head``, which
+            # the parser callbacks allow for (they complete it only while it is pending).
+            async with asyncio.timeout(timeout_s):
+                return await self._head
         except TimeoutError:
             raise httpx.ReadTimeout("the origin did not answer in time") from None
 
@@ -155,9 +187,19 @@ class _Connection(asyncio.Protocol):
                 return
             self._arrived.clear()
             try:
-                await asyncio.wait_for(self._arrived.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await self._arrived.wait()
             except TimeoutError:
                 raise httpx.ReadTimeout("the origin stopped sending in time") from None
+
+    def take_whole_body(self) -> bytes | None:
+        """The whole body, when all of it has already arrived and none of it was read; else None."""
+        if not self._done or self._error is not None or self._parser is not None:
+            return None
+        body = b"".join(self._chunks)
+        self._chunks.clear()
+        self._queued = 0
+        return body
 
     def _finish(self) -> None:
         self._done = True
@@ -174,14 +216,41 @@ class _Connection(asyncio.Protocol):
         self._arrived.set()
 
 
-class _Body(httpx.AsyncByteStream):
-    def __init__(self, transport: OriginTransport, connection: _Connection, timeout_s: float | None) -> None:
+class OriginAnswer:
+    """An origin's answer: status and raw headers at once, the body read from the connection as it comes.
+
+    ``aclose()`` must be called when done with it (it returns the connection to the pool, or closes it).
+    """
+
+    __slots__ = ("status", "headers", "_transport", "_connection", "_timeout_s", "_released", "_started")
+
+    def __init__(
+        self,
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        transport: OriginTransport,
+        connection: _Connection,
+        timeout_s: float | None,
+    ) -> None:
+        self.status = status
+        self.headers = headers
         self._transport = transport
         self._connection = connection
         self._timeout_s = timeout_s
         self._released = False
+        self._started = False
+
+    def received_body(self) -> bytes | None:
+        """The whole body when all of it has already arrived (most answers arrive whole with their head),
+        so the caller can pass it on at once; else None, and the body is read by iterating."""
+        if self._started:
+            return None
+        body = self._connection.take_whole_body()
+        self._started = body is not None
+        return body
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        self._started = True
         async for chunk in self._connection.body(self._timeout_s):
             yield chunk
 
@@ -191,8 +260,23 @@ class _Body(httpx.AsyncByteStream):
             self._transport.release(self._connection)
 
 
+class _HttpxBody(httpx.AsyncByteStream):
+    def __init__(self, answer: OriginAnswer) -> None:
+        self._answer = answer
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._answer:
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._answer.aclose()
+
+
 class OriginTransport(httpx.AsyncBaseTransport):
     """Pooled keep-alive connections to HTTP/1.1 origins (one pool per host and port).
+
+    ``exchange`` is the proxy's own call (no request or response objects to build: a person's
+    request pays for none); ``handle_async_request`` makes it an httpx transport as well.
 
     Parameters:
         max_connections: connections open at once; more requests wait for one (the "pool" timeout).
@@ -202,21 +286,55 @@ class OriginTransport(httpx.AsyncBaseTransport):
     def __init__(self, *, max_connections: int = 512, keep_alive: bool = True) -> None:
         self._slots = asyncio.Semaphore(max_connections)
         self._keep_alive = keep_alive
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._idle: dict[OriginAddress, list[_Connection]] = {}
         self._open: set[_Connection] = set()
         self._ssl: ssl.SSLContext | None = None
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
+    async def exchange(
+        self,
+        method: str,
+        address: OriginAddress,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: RequestBody,
+        timeouts: Timeouts,
+    ) -> OriginAnswer:
+        """Send one request (``headers`` without Host get the origin's) and return the answer's head.
+
+        A ``body`` without a Content-Length in ``headers`` gets one (bytes) or goes chunked (a stream).
+        Raises httpx's exceptions: ConnectError, the timeouts, RemoteProtocolError, WriteError.
+        """
         try:
-            await asyncio.wait_for(self._slots.acquire(), timeouts.get("pool"))
+            if self._slots.locked():  # a timer only when there is a wait
+                async with asyncio.timeout(timeouts.get("pool")):
+                    await self._slots.acquire()
+            else:
+                await self._slots.acquire()
         except TimeoutError:
             raise httpx.PoolTimeout("no connection to the origin came free in time") from None
         try:
-            return await self._exchange(request, timeouts)
+            return await self._exchange(method, address, target, headers, body, timeouts)
         except BaseException:
             self._slots.release()
             raise
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        address = OriginAddress.from_url(url)
+        stream = request.stream
+        body: RequestBody
+        if isinstance(stream, httpx.ByteStream):
+            body = b"".join(stream)
+        elif isinstance(stream, httpx.AsyncByteStream):
+            body = stream
+        else:
+            raise TypeError("OriginTransport sends async request bodies only")
+        headers = [(name, value) for name, value in request.headers.raw if name.lower() != b"transfer-encoding"]
+        answer = await self.exchange(
+            request.method, address, url.raw_path, headers, body or None, request.extensions.get("timeout", {})
+        )
+        extensions = {"http_version": b"HTTP/1.1"}
+        return httpx.Response(answer.status, headers=answer.headers, stream=_HttpxBody(answer), extensions=extensions)
 
     async def aclose(self) -> None:
         for connection in list(self._open):
@@ -235,18 +353,37 @@ class OriginTransport(httpx.AsyncBaseTransport):
         if connection.transport is not None:
             connection.transport.close()
 
-    async def _exchange(self, request: httpx.Request, timeouts: dict[str, float | None]) -> httpx.Response:
-        head = _request_head(request, self._keep_alive)
+    async def _exchange(
+        self,
+        method: str,
+        address: OriginAddress,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: RequestBody,
+        timeouts: Timeouts,
+    ) -> OriginAnswer:
+        framing = b""
+        chunked = False
+        if isinstance(body, bytes) and not _has(headers, b"content-length"):
+            framing = b"Content-Length: %d" % len(body)
+        elif body is not None and not isinstance(body, bytes) and not _has(headers, b"content-length"):
+            chunked = True
+            framing = b"Transfer-Encoding: chunked"
+        head = _request_head(method, target, headers, address, keep_alive=self._keep_alive, framing=framing)
         for attempt in (1, 2):
-            connection, reused = await self._connection(request.url, timeouts.get("connect"))
+            connection, reused = await self._connection(address, timeouts.get("connect"))
             try:
-                await asyncio.wait_for(connection.send(request, head), timeouts.get("write"))
-                status, headers = await connection.head(timeouts.get("read"))
+                if body is None or isinstance(body, bytes):
+                    await connection.send(method, head, body, chunked)  # one write, no wait: no timer
+                else:
+                    async with asyncio.timeout(timeouts.get("write")):
+                        await connection.send(method, head, body, chunked)
+                status, answer_headers = await connection.head(timeouts.get("read"))
             except httpx.RemoteProtocolError:
                 self._discard(connection)
                 # A reused connection the origin closed as the request went out: once more, anew, when the
                 # request can be sent again (no body, or one already held in memory).
-                if attempt == 1 and reused and isinstance(request.stream, httpx.ByteStream):
+                if attempt == 1 and reused and (body is None or isinstance(body, bytes)):
                     continue
                 raise
             except TimeoutError:
@@ -255,39 +392,35 @@ class OriginTransport(httpx.AsyncBaseTransport):
             except BaseException:
                 self._discard(connection)
                 raise
-            stream = _Body(self, connection, timeouts.get("read"))
-            return httpx.Response(status, headers=headers, stream=stream, extensions={"http_version": b"HTTP/1.1"})
+            return OriginAnswer(status, answer_headers, self, connection, timeouts.get("read"))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _connection(self, url: httpx.URL, timeout_s: float | None) -> tuple[_Connection, bool]:
-        scheme = url.scheme
-        port = url.port or (443 if scheme == "https" else 80)
-        address = (scheme, url.host, port)
+    async def _connection(self, address: OriginAddress, timeout_s: float | None) -> tuple[_Connection, bool]:
         idle = self._idle.get(address)
         while idle:
             connection = idle.pop()
             if not connection.closed:
                 return connection, True
             self._open.discard(connection)
-        secure = scheme == "https"
+        secure = address.scheme == "https"
         if secure and self._ssl is None:
             self._ssl = ssl.create_default_context()
         loop = asyncio.get_running_loop()
         try:
-            _, connection = await asyncio.wait_for(
-                loop.create_connection(
+            async with asyncio.timeout(timeout_s):
+                _, connection = await loop.create_connection(
                     _Connection,
-                    url.host,
-                    port,
+                    address.host,
+                    address.port,
                     ssl=self._ssl if secure else None,
-                    server_hostname=url.host if secure else None,
-                ),  # fmt: skip
-                timeout_s,
-            )
+                    server_hostname=address.host if secure else None,
+                )
         except TimeoutError:
-            raise httpx.ConnectTimeout(f"connecting to {url.host}:{port} timed out") from None
+            raise httpx.ConnectTimeout(f"connecting to {address.host}:{address.port} timed out") from None
         except OSError as exc:
-            raise httpx.ConnectError(f"cannot connect to {url.host}:{port}: {exc.strerror or exc}") from None
+            raise httpx.ConnectError(
+                f"cannot connect to {address.host}:{address.port}: {exc.strerror or exc}"
+            ) from None
         connection.address = address
         self._open.add(connection)
         return connection, False
@@ -298,11 +431,22 @@ class OriginTransport(httpx.AsyncBaseTransport):
             connection.transport.close()
 
 
-def _request_head(request: httpx.Request, keep_alive: bool) -> bytes:
-    target = request.url.raw_path
-    lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), target)]
+def _has(headers: list[tuple[bytes, bytes]], wanted: bytes) -> bool:
+    return any(name.lower() == wanted for name, _ in headers)
+
+
+def _request_head(
+    method: str,
+    target: bytes,
+    headers: list[tuple[bytes, bytes]],
+    address: OriginAddress,
+    *,
+    keep_alive: bool,
+    framing: bytes,
+) -> bytes:
+    lines = [b"%s %s HTTP/1.1" % (method.encode("ascii"), target)]
     has_host = False
-    for name, value in request.headers.raw:
+    for name, value in headers:
         lowered = name.lower()
         if lowered == b"host":
             has_host = True
@@ -310,7 +454,9 @@ def _request_head(request: httpx.Request, keep_alive: bool) -> bytes:
             continue
         lines.append(name + b": " + value)
     if not has_host:
-        lines.insert(1, b"Host: " + request.url.netloc)
+        lines.insert(1, b"Host: " + address.netloc)
+    if framing:
+        lines.append(framing)
     if not keep_alive:
         lines.append(b"Connection: close")
     return b"\r\n".join(lines) + b"\r\n\r\n"

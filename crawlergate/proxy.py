@@ -32,7 +32,7 @@ from crawlergate.forwarded import TrustedProxies
 from crawlergate.httpserver import HeadLimits
 from crawlergate.middleware import CrawlerGateMiddleware
 from crawlergate.origin import FILL_EXTENSION, PublicSite
-from crawlergate.origintransport import OriginTransport
+from crawlergate.origintransport import OriginAddress, OriginTransport
 from crawlergate.serve import plain_response, send_response
 from crawlergate.websocket import MAX_MESSAGE_BYTES, WebSocketRelay
 
@@ -84,7 +84,6 @@ class ReverseProxy:
         trusted_proxies: addresses or networks whose X-Forwarded-* headers are believed.
         public_url: the site as the world sees it; empty takes each request's own scheme and Host.
         forward_host: "client" sends the client's Host to the origin, "origin" the origin's address.
-        transport: httpx transport, injected by tests; a pooled network transport by default.
         websocket_max_message_bytes: the largest WebSocket message relayed either way; a larger one closes with 1009.
     """
 
@@ -97,7 +96,6 @@ class ReverseProxy:
         trusted_proxies: tuple[str, ...] = (),
         public_url: str = "",
         forward_host: str = "client",
-        transport: httpx.AsyncBaseTransport | None = None,
         websocket_max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         parts = urlsplit(origin)
@@ -109,21 +107,21 @@ class ReverseProxy:
         self._public_base = public_url.rstrip("/").encode()
         self._client_host = forward_host == "client"
         self._trusted = TrustedProxies(trusted_proxies)
-        # The transport is called directly: the client layer (cookies, auth, redirects, hooks) has nothing
-        # to do in a proxy and costs ~0.3 ms a request. OriginTransport parses answers in C (httptools).
-        self._transport = transport or OriginTransport(max_connections=512)
+        # No httpx client, requests or responses: the client layer (cookies, auth, redirects, hooks) has
+        # nothing to do in a proxy and cost ~0.3 ms a request. OriginTransport parses answers in C (httptools).
+        self._transport = OriginTransport(max_connections=512)
         # Fills and HEAD requests get a connection of their own, closed after the answer. httpcore reads
         # bytes an origin sends past the end of a response (a body on HEAD, more than its Content-Length)
         # as the next response on that connection: a person's request must never be able to plant the
         # answer of the next fill, which is stored and served to every crawler.
-        self._single_use = transport or OriginTransport(max_connections=128, keep_alive=False)
+        self._single_use = OriginTransport(max_connections=128, keep_alive=False)
         self._timeouts = {
             "connect": connect_timeout_s,
             "read": timeout_s,
             "write": timeout_s,
             "pool": connect_timeout_s,
         }
-        self._base = httpx.URL(self.origin)
+        self._address = OriginAddress.from_url(httpx.URL(self.origin))
         self._websocket = WebSocketRelay(
             self.origin,
             forward_headers=self._forward_headers,
@@ -134,8 +132,7 @@ class ReverseProxy:
 
     async def aclose(self) -> None:
         await self._transport.aclose()
-        if self._single_use is not self._transport:
-            await self._single_use.aclose()
+        await self._single_use.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -157,17 +154,12 @@ class ReverseProxy:
         headers = self._forward_headers(scope)
         if self._client_host and hosts:
             headers.append((b"host", hosts[0]))
-        request = httpx.Request(
-            scope["method"],
-            self._base.copy_with(raw_path=target),
-            headers=headers,
-            content=_request_body(receive) if _has_body(scope) else None,
-            extensions={"timeout": self._timeouts},
-        )
+        method: str = scope["method"]
+        body = _request_body(receive) if _has_body(scope) else None
         fill = FILL_EXTENSION in scope.get("extensions", {})
-        transport = self._single_use if fill or scope["method"] == "HEAD" else self._transport
+        transport = self._single_use if fill or method == "HEAD" else self._transport
         try:
-            response = await transport.handle_async_request(request)
+            answer = await transport.exchange(method, self._address, target, headers, body, self._timeouts)
         except httpx.TimeoutException as exc:
             if fill:  # the gate's own fill: the filler says what failed, not a 504 of ours posing as the site's
                 raise OriginTimeout(f"the origin {self.origin} did not answer in time") from exc
@@ -183,16 +175,20 @@ class ReverseProxy:
             await send(
                 {
                     "type": "http.response.start",
-                    "status": response.status_code,
-                    "headers": self._answer_headers(response.headers.raw, scope),
+                    "status": answer.status,
+                    "headers": self._answer_headers(answer.headers, scope),
                 }
             )
+            whole = answer.received_body()
+            if whole is not None:
+                await send({"type": "http.response.body", "body": whole, "more_body": False})
+                return
             # A client that leaves mid-answer (a download, a stream, long polling) must release the origin
             # connection: sending to it does not fail, so its disconnect is watched for.
             async with anyio.create_task_group() as streaming:
                 streaming.start_soon(_cancel_on_disconnect, receive, streaming.cancel_scope)
                 try:
-                    async for chunk in response.aiter_raw():
+                    async for chunk in answer:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                 except httpx.HTTPError as exc:
@@ -202,7 +198,7 @@ class ReverseProxy:
                 finally:
                     streaming.cancel_scope.cancel()
         finally:
-            await response.aclose()
+            await answer.aclose()
 
     def _forward_headers(self, scope: Scope) -> list[tuple[bytes, bytes]]:
         """The request headers sent on, without Host: no hop-by-hop ones, X-Forwarded-* set or believed."""

@@ -3,9 +3,9 @@
 - Crawler L1 hits: wrk with Googlebot's user agent on one cached thread page, 32 connections,
   through `crawlergate serve` and through nginx configured to cache crawler requests the same way
   (scripts/nginx-proxy-cache.conf), at 1 and 2 workers each.
-- Human pass-through: wrk with one connection (no queueing, so the difference is the proxy's own
-  cost) with Firefox's user agent, through `crawlergate serve` and straight to the forum, whose
-  pages cost 20 ms of CPU.
+- Human pass-through: one request at a time with Firefox's user agent (no queueing, so the
+  difference is the proxy's own cost), straight to the forum, whose pages cost 20 ms of CPU, through
+  `crawlergate serve` and through a plain nginx proxy_pass, in turn, request by request.
 
 - Human pass-through on a Django site (scripts/django_bench_site.py, a 2 ms page with CSRF) under
   gunicorn, with one connection: straight to gunicorn, through `crawlergate serve` and through a
@@ -20,12 +20,14 @@ Cases run alternately, `--rounds` times; medians are reported. Needs wrk and ngi
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import httpx
@@ -162,6 +164,7 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--work-ms", type=float, default=20.0, help="CPU time of a forum page")
     parser.add_argument("--page-ms", type=float, default=2.0, help="CPU time of the Django page")
+    parser.add_argument("--human-requests", type=int, default=300, help="requests per case, pass-through")
     args = parser.parse_args()
     for tool in ("wrk", "nginx"):
         if shutil.which(tool) is None:
@@ -184,8 +187,10 @@ def bench_forum(args: argparse.Namespace) -> None:
             processes.append(start_forum(folder, forum, args.work_ms))
             wait_for(forum, timeout_s=60)
             crawler_cases: dict[str, str] = {}
+            gate_ports: dict[int, int] = {}
             for workers in (1, 2):
                 gate, nginx = free_port(), free_port()
+                gate_ports[workers] = gate
                 processes.append(start_gate(folder, gate, forum, workers))
                 processes.append(start_nginx(folder, nginx, forum, workers))
                 crawler_cases[f"crawlergate, {workers} worker(s)"] = f"http://127.0.0.1:{gate}{PAGE}"
@@ -195,16 +200,19 @@ def bench_forum(args: argparse.Namespace) -> None:
             for url in crawler_cases.values():
                 warm = httpx.get(url, headers={"user-agent": GOOGLEBOT, "accept-encoding": "gzip"})
                 warm.raise_for_status()
-            human_cases = {
-                "human, straight to the forum": f"http://127.0.0.1:{forum}{PAGE}",
-                "human, through crawlergate": next(iter(crawler_cases.values())),
+            plain_nginx = free_port()
+            processes.append(start_plain_nginx(folder, plain_nginx, forum))
+            wait_for(plain_nginx)
+            human_ports = {
+                "straight to the forum": forum,
+                "through crawlergate": gate_ports[1],
+                "through nginx proxy_pass": plain_nginx,
             }
             for round_number in range(args.rounds):
                 for name, url in crawler_cases.items():
                     results.setdefault(name, []).append(run_wrk(url, GOOGLEBOT, args.seconds, args.connections))
-                for name, url in human_cases.items():
-                    results.setdefault(name, []).append(run_wrk(url, FIREFOX, args.seconds, 1))
                 print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
+            human = paired_latencies(human_ports, PAGE, args.human_requests)
     finally:
         _stop(processes)
 
@@ -215,8 +223,44 @@ def bench_forum(args: argparse.Namespace) -> None:
     for workers in (1, 2):
         ours, theirs = median[f"crawlergate, {workers} worker(s)"], median[f"nginx proxy_cache, {workers} worker(s)"]
         print(f"crawler hits, {workers} worker(s): crawlergate at {ours['rps'] / theirs['rps']:.0%} of nginx")
-    direct, gated = median["human, straight to the forum"], median["human, through crawlergate"]
-    print(f"human pass-through adds {gated['p50_ms'] - direct['p50_ms']:+.2f} ms p50 on a {args.work_ms:g} ms page")
+    print(
+        f"\nHuman pass-through, {args.work_ms:g} ms forum page, {args.human_requests} requests each, one at a "
+        "time, interleaved (direct, crawlergate, nginx, direct, ...) on keep-alive connections"
+    )
+    _print_paired(human, "straight to the forum")
+
+
+def paired_latencies(ports: dict[str, int], path: str, requests: int) -> dict[str, list[float]]:
+    """Milliseconds per request to each port, asked in turn: one request to each, ``requests`` times.
+
+    The base page's own time drifts by a millisecond or more between runs of a few seconds (other
+    processes, CPU frequency); taken in turn, neighbouring requests see the same conditions, and the
+    median of per-pair differences is the proxy's own cost.
+    """
+    connections = {name: http.client.HTTPConnection("127.0.0.1", port, timeout=30) for name, port in ports.items()}
+    headers = {"User-Agent": FIREFOX, "Accept-Encoding": "gzip"}
+    times: dict[str, list[float]] = {name: [] for name in ports}
+    for _ in range(requests):
+        for name, connection in connections.items():
+            started = time.perf_counter()
+            connection.request("GET", path, headers=headers)
+            answer = connection.getresponse()
+            answer.read()
+            times[name].append((time.perf_counter() - started) * 1000)
+            if answer.status != 200:
+                raise SystemExit(f"{name}: status {answer.status}")
+    for connection in connections.values():
+        connection.close()
+    return times
+
+
+def _print_paired(times: dict[str, list[float]], base: str) -> None:
+    print(f"{'case':<36}{'p50 ms':>10}{'p90 ms':>10}{'added, median of pairs':>26}")
+    for name, values in times.items():
+        deciles = statistics.quantiles(values, n=10)
+        added = statistics.median(ours - theirs for ours, theirs in zip(values, times[base], strict=True))
+        shown = "" if name == base else f"{added:+.2f} ms"
+        print(f"{name:<36}{statistics.median(values):>10.2f}{deciles[8]:>10.2f}{shown:>26}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Iterator
@@ -70,3 +71,73 @@ def test_httpserver_keep_alive_requests_still_work(server: ServerThread) -> None
                 answer += raw.recv(65536)
             assert answer.startswith(b"HTTP/1.1 200 ")
             time.sleep(0.3)  # idle between requests is the keep-alive timeout's, not the head's
+
+
+@pytest.fixture
+def paced_server() -> Iterator[ServerThread]:
+    """Answers whose body comes 0.3 s after the head, an empty 304, and an upload read after 100 Continue."""
+
+    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/upload":
+            received = b""
+            while True:
+                message = await receive()
+                received += message.get("body", b"")
+                if not message.get("more_body"):
+                    break
+            body = b"got %d" % len(received)
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]}
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        if scope["path"] == "/unchanged":
+            await send({"type": "http.response.start", "status": 304, "headers": [(b"etag", b'"7"')]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
+        await asyncio.sleep(0.3)
+        await send({"type": "http.response.body", "body": b"hello"})
+
+    thread = ServerThread(app, http=LimitedHttpToolsProtocol).start()
+    yield thread
+    thread.stop()
+
+
+def test_httpserver_sends_a_head_with_its_first_body_bytes(paced_server: ServerThread) -> None:
+    with socket.create_connection(("127.0.0.1", paced_server.port), timeout=5) as raw:
+        raw.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        first = raw.recv(65536)  # one segment: head and body together, after the body's 0.3 s
+        assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b"\r\n\r\nhello")
+
+
+def test_httpserver_answers_without_body_are_not_held(paced_server: ServerThread) -> None:
+    with socket.create_connection(("127.0.0.1", paced_server.port), timeout=5) as raw:
+        for method, path in (("GET", "/unchanged"), ("HEAD", "/"), ("GET", "/unchanged")):
+            raw.sendall(f"{method} {path} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
+            answer = raw.recv(65536)  # a held head would time this out
+            assert answer.startswith(b"HTTP/1.1 304 " if path == "/unchanged" else b"HTTP/1.1 200 ")
+            assert answer.endswith(b"\r\n\r\n")
+
+
+def test_httpserver_100_continue_is_not_held(paced_server: ServerThread) -> None:
+    with socket.create_connection(("127.0.0.1", paced_server.port), timeout=5) as raw:
+        raw.sendall(b"POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+        assert raw.recv(65536).startswith(b"HTTP/1.1 100 ")  # the client waits for it before the body
+        raw.sendall(b"data")
+        answer = b""
+        while b"got" not in answer:
+            answer += raw.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"got 4")
+
+
+def test_httpserver_upload_read_with_its_head_is_not_counted_as_head(paced_server: ServerThread) -> None:
+    body = b"u" * 200_000  # more than the 64 KB head limit, sent with the head in one write
+    with socket.create_connection(("127.0.0.1", paced_server.port), timeout=5) as raw:
+        raw.sendall(b"POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        answer = b""
+        while b"got" not in answer:
+            answer += raw.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"got 200000")

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from crawlergate.origintransport import OriginTransport
+from crawlergate.origintransport import OriginAddress, OriginTransport
 from tests.conftest import RawHttpServer, ServerThread
 
 pytestmark = pytest.mark.e2e
@@ -94,3 +94,27 @@ def test_origintransport_retries_a_keep_alive_connection_the_origin_closed() -> 
     finally:
         origin.stop()
     assert origin.accepted == 3
+
+
+def test_origintransport_exchange_hands_over_a_body_that_arrived_whole(origin: ServerThread) -> None:
+    async def run() -> tuple[int, bytes | None, bytes]:
+        transport = OriginTransport()
+        address = OriginAddress("http", "127.0.0.1", origin.port, f"127.0.0.1:{origin.port}".encode())
+        try:
+            small = await transport.exchange("POST", address, b"/upload", [], b"x" * 10, TIMEOUTS)
+            try:
+                await asyncio.sleep(0.1)  # the answer's body has arrived by now
+                whole = small.received_body()
+            finally:
+                await small.aclose()
+            slow = await transport.exchange("GET", address, b"/slow", [], None, TIMEOUTS)
+            try:
+                body = b"".join([chunk async for chunk in slow])
+            finally:
+                await slow.aclose()
+            return small.status, whole, body
+        finally:
+            await transport.aclose()
+
+    status, whole, body = asyncio.run(run())
+    assert status == 200 and whole == b'{"received":10,"chunked":null}' and body == b"late"
