@@ -42,13 +42,17 @@ class _HeadJoiningTransport:
     one write; a response without body bytes (HEAD, 304) releases it when it completes.
     """
 
-    __slots__ = ("_transport", "_protocol", "_held", "_held_for")
+    __slots__ = ("_transport", "_protocol", "_held", "_held_for", "__dict__")
 
     def __init__(self, transport: asyncio.Transport, protocol: HttpToolsProtocol) -> None:
         self._transport = transport
         self._protocol = protocol
         self._held: bytes | None = None
         self._held_for: object = None
+        # The transport's own methods, bound once: looked up through __getattr__ on every call they would
+        # cost more than the write they save.
+        for name in ("is_closing", "get_extra_info", "pause_reading", "resume_reading", "get_write_buffer_size"):
+            setattr(self, name, getattr(transport, name))
 
     def write(self, data: bytes) -> None:
         cycle = self._protocol.cycle
