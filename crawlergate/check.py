@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from crawlergate.adapters.proxy import ReverseProxy
 from crawlergate.config import Settings
 from crawlergate.errors import ConfigError, OriginError
+from crawlergate.gate.origin import AsgiOrigin, OriginResponse, PageTooLarge, PublicSite
+from crawlergate.gate.storable import StoragePolicy
 from crawlergate.keys import KeyMaker
-from crawlergate.origin import AsgiOrigin, OriginResponse, PageTooLarge, PublicSite
-from crawlergate.proxy import ReverseProxy
-from crawlergate.storable import StoragePolicy
 
 
 @dataclass(slots=True)

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from crawlergate import __version__
-from crawlergate.analyze import crawler_share, format_share, share_as_json
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings, load_settings
 from crawlergate.errors import CrawlerGateError
-from crawlergate.logparse import PRESETS, LogReader
 from crawlergate.progress import Progress
+from crawlergate.tools.analyze import crawler_share, format_share, share_as_json
+from crawlergate.tools.logparse import PRESETS, LogReader
 
 EXIT_OK = 0
 # `check`: the page would not be stored.
@@ -260,7 +260,7 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from crawlergate.server import run_proxy
+    from crawlergate.adapters.server import run_proxy
 
     overrides = _flag_overrides(args)
     settings = _settings(args, overrides)
@@ -281,7 +281,7 @@ def _run_check(args: argparse.Namespace) -> int:
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
-    from crawlergate.analyze import format_profile, profile_html, profile_log
+    from crawlergate.tools.analyze import format_profile, profile_html, profile_log
 
     classifier = Classifier.from_settings(_settings(args).classify)
     out = _text_out(args)
@@ -305,7 +305,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
 def _run_replay(args: argparse.Namespace) -> int:
     import re
 
-    from crawlergate.replay import comparison, format_summary, replay, report_html, requests_from_log, run_replay
+    from crawlergate.tools.replay import comparison, format_summary, replay, report_html, requests_from_log, run_replay
 
     for url in filter(None, (args.target, args.compare)):
         if not re.match(r"^https?://[^/\s]+", url) or not _has_valid_port(url):
@@ -407,7 +407,14 @@ def _run_simulate(args: argparse.Namespace) -> int:
     from crawlergate.config import default_cache_root
     from crawlergate.keys import KeyMaker
     from crawlergate.rules import resolve_rule_files, rules_fingerprint
-    from crawlergate.simulate import POLICIES, default_sizes, format_report, load_trace, report_html, run_simulation
+    from crawlergate.tools.simulate import (
+        POLICIES,
+        default_sizes,
+        format_report,
+        load_trace,
+        report_html,
+        run_simulation,
+    )
 
     settings = _settings(args)
     classifier = Classifier.from_settings(settings.classify)
@@ -648,7 +655,7 @@ def _sizes(text: str) -> list[int]:
 
 
 def _policies(text: str) -> list[str]:
-    from crawlergate.simulate import POLICIES
+    from crawlergate.tools.simulate import POLICIES
 
     policies = [item.strip() for item in text.split(",") if item.strip()]
     unknown = [policy for policy in policies if policy not in POLICIES]

@@ -104,7 +104,7 @@ class Metrics:
         self.origin_fetches = 0
         self.origin_errors = 0
         self.corrupt_pages = 0
-        # Pages a crawler asked for that were not stored, by reason (crawlergate.storable.NOT_STORED_REASONS).
+        # Pages a crawler asked for that were not stored, by reason (crawlergate.gate.storable.NOT_STORED_REASONS).
         self.not_stored: dict[str, int] = {}
         self._lock = threading.Lock()
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
 from crawlergate.keys import KeyMaker
-from crawlergate.logparse import LogReader
-from crawlergate.simulate import parse_trace
+from crawlergate.tools.logparse import LogReader
+from crawlergate.tools.simulate import parse_trace
 
 AGENTS = [
     "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",

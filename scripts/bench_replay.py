@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 from benchlib import GOOGLEBOT, free_port, run_wrk, wait_for
 
-from crawlergate.replay import ReplayRequest, replay, run_replay
+from crawlergate.tools.replay import ReplayRequest, replay, run_replay
 
 HERE = Path(__file__).resolve().parent
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings, parse_size
 from crawlergate.keys import KeyMaker
-from crawlergate.simulate import POLICIES, parse_trace, simulate
+from crawlergate.tools.simulate import POLICIES, parse_trace, simulate
 
 
 def main() -> int:

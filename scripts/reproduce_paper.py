@@ -20,7 +20,7 @@ from crawlergate.config import Settings
 from crawlergate.demo.run import DemoSpec, running_experiment
 from crawlergate.demo.trace import TraceSpec, structure_of, write_trace
 from crawlergate.keys import KeyMaker
-from crawlergate.simulate import parse_trace, simulate
+from crawlergate.tools.simulate import parse_trace, simulate
 
 PAPER = {
     "crawler_ms": (162.109, 1.367),

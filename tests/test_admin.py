@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawlergate.admin import AdminEndpoints
+from crawlergate.admin.endpoints import AdminEndpoints
 
 
 def _admin(token: str = "") -> AdminEndpoints:

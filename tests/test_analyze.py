@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from crawlergate.analyze import profile_log
 from crawlergate.classify import Classifier
 from crawlergate.config import ClassifySettings
-from crawlergate.logparse import LogReader
+from crawlergate.tools.analyze import profile_log
+from crawlergate.tools.logparse import LogReader
 
 GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawlergate.forwarded import TrustedProxies
+from crawlergate.gate.forwarded import TrustedProxies
 
 
 @pytest.mark.parametrize(

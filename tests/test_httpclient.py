@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from crawlergate.httpclient import ConnectionPool, ReplayError
+from crawlergate.tools.httpclient import ConnectionPool, ReplayError
 from tests.conftest import RawHttpServer, free_port
 
 ANSWERS = {

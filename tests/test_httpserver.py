@@ -10,7 +10,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from crawlergate.httpserver import HeadLimits, LimitedHttpToolsProtocol
+from crawlergate.adapters.httpserver import HeadLimits, LimitedHttpToolsProtocol
 from tests.conftest import ServerThread
 
 pytestmark = pytest.mark.e2e

@@ -7,8 +7,8 @@ import pytest
 
 from crawlergate.cli import main
 from crawlergate.errors import ConfigError
-from crawlergate.logparse import LogReader, detect_format, make_format
-from crawlergate.logrecord import LogRecord
+from crawlergate.tools.logparse import LogReader, detect_format, make_format
+from crawlergate.tools.logrecord import LogRecord
 from tests.conftest import DATA
 
 FORMATS = DATA / "logs" / "formats"

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from crawlergate.errors import ConfigError
-from crawlergate.logparse import LogFormat, LogReader, LogRecord, iter_records
+from crawlergate.tools.logparse import LogFormat, LogReader, LogRecord, iter_records
 from tests.conftest import DATA
 
 LOGS = DATA / "logs"

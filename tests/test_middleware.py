@@ -14,10 +14,10 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.cache import TwoLevelCache
 from crawlergate.config import CacheSettings, L1Settings, L2Settings, ServerSettings, Settings
 from crawlergate.metrics import Metrics
-from crawlergate.middleware import CrawlerGateMiddleware
 from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.memcached import MemcachedStore
 from tests.conftest import MemcachedServer

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from crawlergate.origintransport import OriginAddress, OriginTransport
+from crawlergate.adapters.origintransport import OriginAddress, OriginTransport
 from tests.conftest import RawHttpServer, ServerThread
 
 pytestmark = pytest.mark.e2e

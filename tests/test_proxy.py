@@ -19,9 +19,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from crawlergate.adapters.proxy import create_app
 from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
 from crawlergate.demo.forum import create_forum
-from crawlergate.proxy import create_app
 from tests.conftest import RawHttpServer, ServerThread, free_port
 
 pytestmark = pytest.mark.e2e

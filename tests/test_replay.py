@@ -14,8 +14,8 @@ from starlette.routing import Route
 
 from crawlergate.classify import Classifier
 from crawlergate.config import ClassifySettings
-from crawlergate.logparse import LogReader
-from crawlergate.replay import ReplayRequest, replay, requests_from_log
+from crawlergate.tools.logparse import LogReader
+from crawlergate.tools.replay import ReplayRequest, replay, requests_from_log
 from tests.conftest import ServerThread, free_port
 
 pytestmark = pytest.mark.e2e
@@ -96,7 +96,7 @@ def test_replay_open_loop_shows_a_slow_server_queue(server: ServerThread, monkey
     # 40 requests scheduled 5 ms apart to a server that takes 50 ms each and is allowed one at a
     # time: closed-loop timing would report ~50 ms each; counted from the schedule, latency grows.
     requests = [ReplayRequest("GET", f"/slow/{n}", FIREFOX, "human", n * 0.005) for n in range(40)]
-    from crawlergate import replay as replay_module
+    from crawlergate.tools import replay as replay_module
 
     monkeypatch.setattr(replay_module, "MAX_IN_FLIGHT", 1)
     result = asyncio.run(replay(requests, server.url, speed=1.0))
@@ -175,7 +175,7 @@ def test_cli_replay_refuses_concurrency_with_speed(tmp_path: Path, capsys: pytes
     ],
 )
 def test_replay_comparison_says_the_direction_in_words(before: float, after: float, words: str) -> None:
-    from crawlergate.replay import rate_change, time_change
+    from crawlergate.tools.replay import rate_change, time_change
 
     assert time_change(before, after) == words
     assert (
@@ -206,7 +206,7 @@ def test_cli_classify_json_to_stdout_is_only_json(capsys: pytest.CaptureFixture[
 
 
 def test_replay_sends_targets_as_the_wire_needs_them() -> None:
-    from crawlergate.replay import ReplayRequest, _Target
+    from crawlergate.tools.replay import ReplayRequest, _Target
 
     target = _Target.parse("http://127.0.0.1:8080/base")
     wire = [
@@ -232,7 +232,7 @@ def test_replay_open_loop_sorts_a_log_out_of_time_order(server: ServerThread) ->
 
 
 def test_replay_class_that_only_failed_shows_no_time(capsys: pytest.CaptureFixture[str]) -> None:
-    from crawlergate.replay import format_summary
+    from crawlergate.tools.replay import format_summary
 
     requests = [ReplayRequest("GET", "/", GOOGLEBOT, "crawler", 0.0)] * 2
     result = asyncio.run(replay(requests, f"http://127.0.0.1:{free_port()}", concurrency=1, timeout_s=2))

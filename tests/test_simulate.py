@@ -11,7 +11,7 @@ from crawlergate.classify import Classifier
 from crawlergate.config import ClassifySettings
 from crawlergate.keys import KeyMaker
 from crawlergate.rules import default_rules_dir, load_cache_rules
-from crawlergate.simulate import POLICIES, Trace, knee, load_trace, parse_trace, simulate, size_sweep
+from crawlergate.tools.simulate import POLICIES, Trace, knee, load_trace, parse_trace, simulate, size_sweep
 
 # Silberschatz, Operating System Concepts, the reference string of the page-replacement chapter.
 TEXTBOOK = [7, 0, 1, 2, 0, 3, 0, 4, 2, 3, 0, 3, 2, 1, 2, 0, 1, 7, 0, 1]
@@ -204,7 +204,7 @@ def test_cli_simulate_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_parse_trace_in_parallel_equals_one_pass(tmp_path: Path, parsing, monkeypatch: pytest.MonkeyPatch) -> None:
-    from crawlergate import simulate as simulate_module
+    from crawlergate.tools import simulate as simulate_module
 
     log = tmp_path / "access.log"
     days = ["10/Oct/2000", "11/Oct/2000", "12/Oct/2000"]

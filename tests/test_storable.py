@@ -5,11 +5,11 @@ import gzip
 import pytest
 
 from crawlergate.config import CacheSettings
+from crawlergate.gate.origin import OriginResponse
+from crawlergate.gate.storable import NOT_STORED_REASONS, StoragePolicy
 from crawlergate.keys import KeyMaker
-from crawlergate.origin import OriginResponse
 from crawlergate.page import Page
 from crawlergate.rules import default_rules_dir, load_cache_rules
-from crawlergate.storable import NOT_STORED_REASONS, StoragePolicy
 
 NOW = 1_700_000_000.0
 TRAC_GUEST = (

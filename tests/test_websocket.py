@@ -19,10 +19,10 @@ from starlette.websockets import WebSocket
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from crawlergate.adapters.asgi import CrawlerGateMiddleware
+from crawlergate.adapters.proxy import ReverseProxy, create_app
 from crawlergate.config import L2Settings, ServerSettings, Settings
 from crawlergate.demo.run import free_port
-from crawlergate.middleware import CrawlerGateMiddleware
-from crawlergate.proxy import ReverseProxy, create_app
 from tests.conftest import ServerThread
 
 pytestmark = pytest.mark.e2e
@@ -266,20 +266,20 @@ def test_websocket_negotiates_the_subprotocol_the_origin_chose(proxy: ServerThre
 def test_websocket_origin_refuses_the_handshake(
     path: str, proxy: ServerThread, origin: ServerThread, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="crawlergate.websocket")
+    caplog.set_level(logging.WARNING, logger="crawlergate.adapters.websocket")
     for _ in range(3):
         with pytest.raises(InvalidStatus) as refused:
             _ws(proxy, path)
         assert refused.value.response.status_code == 403
     # Logged at most once a minute, whoever asks: the relay is shared by the module's tests.
-    warnings = [record for record in caplog.records if record.name == "crawlergate.websocket"]
+    warnings = [record for record in caplog.records if record.name == "crawlergate.adapters.websocket"]
     assert len(warnings) <= 1 and all(w.levelno == logging.WARNING for w in warnings)
     assert all(origin.url in w.getMessage() and path in w.getMessage() for w in warnings)
     _settled(proxy, origin)
 
 
 def test_websocket_origin_down_refuses_the_handshake(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="crawlergate.websocket")
+    caplog.set_level(logging.WARNING, logger="crawlergate.adapters.websocket")
     proxy = ServerThread(create_app(_settings(f"http://127.0.0.1:{free_port()}", tmp_path))).start()
     try:
         with pytest.raises(InvalidStatus) as refused:
@@ -287,7 +287,7 @@ def test_websocket_origin_down_refuses_the_handshake(tmp_path: Path, caplog: pyt
     finally:
         proxy.stop()
     assert refused.value.response.status_code == 403
-    warnings = [record for record in caplog.records if record.name == "crawlergate.websocket"]
+    warnings = [record for record in caplog.records if record.name == "crawlergate.adapters.websocket"]
     assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
 
 

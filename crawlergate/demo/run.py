@@ -31,9 +31,9 @@ from crawlergate.demo.forum import THREADS_PER_PAGE
 from crawlergate.demo.seed import seed_database
 from crawlergate.demo.trace import TraceSpec, structure_of, write_trace
 from crawlergate.errors import CrawlerGateError
-from crawlergate.logparse import LogReader
 from crawlergate.progress import Progress
-from crawlergate.replay import (
+from crawlergate.tools.logparse import LogReader
+from crawlergate.tools.replay import (
     ReplayRequest,
     ReplayResult,
     format_summary,

@@ -9,7 +9,7 @@ from crawlergate.classify import Classifier
 from crawlergate.config import ClassifySettings
 from crawlergate.demo.seed import seed_database
 from crawlergate.demo.trace import TraceSpec, structure_of, write_trace
-from crawlergate.logparse import LogReader
+from crawlergate.tools.logparse import LogReader
 
 
 @pytest.fixture(scope="module")

@@ -21,12 +21,13 @@ from urllib.parse import quote
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
-from crawlergate.core import Decision, GateCore, Route, Unstored
 from crawlergate.errors import OriginError, OriginTimeout
+from crawlergate.gate.answer import Response, page_response, plain_response
+from crawlergate.gate.engine import Decision, Route, Unstored
+from crawlergate.gate.origin import PageTooLarge, PublicSite, WsgiOrigin
 from crawlergate.keys import CacheKey
-from crawlergate.origin import PageTooLarge, PublicSite, WsgiOrigin
 from crawlergate.page import Page
-from crawlergate.serve import Response, page_response, plain_response
+from crawlergate.wiring import build_core
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -69,7 +70,7 @@ class CrawlerGateWSGI:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.app = app
-        self.core = GateCore(settings, cache=cache, classifier=classifier, clock=clock)
+        self.core = build_core(settings, cache=cache, classifier=classifier, clock=clock)
         self.settings = settings
         self.cache = self.core.cache
         self.metrics = self.core.metrics

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from crawlergate.errors import ConfigError
-from crawlergate.logrecord import FieldRow, LogRecord, blank_lines, parse_iso_time, split_request
+from crawlergate.tools.logrecord import FieldRow, LogRecord, blank_lines, parse_iso_time, split_request
 
 # LogFormat strings of the presets. The trailing time field is Apache's %D (microseconds) or %T
 # (seconds), or nginx's $request_time (seconds, millisecond resolution).

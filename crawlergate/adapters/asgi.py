@@ -22,12 +22,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
-from crawlergate.core import Decision, GateCore, RequestHeaders, Route, Unstored
 from crawlergate.errors import OriginError
+from crawlergate.gate.answer import Response, accepts_gzip, page_response, plain_response, send_response
+from crawlergate.gate.engine import Decision, RequestHeaders, Route, Unstored
+from crawlergate.gate.origin import AsgiOrigin, PageTooLarge, PublicSite
 from crawlergate.keys import CacheKey
-from crawlergate.origin import AsgiOrigin, PageTooLarge, PublicSite
 from crawlergate.page import Page
-from crawlergate.serve import Response, accepts_gzip, page_response, plain_response, send_response
+from crawlergate.wiring import build_core
 
 # Pages up to this size are gzipped, hashed or decompressed on the event loop (tens of microseconds);
 # larger ones in a worker thread, so one big page never stalls every other request.
@@ -62,7 +63,7 @@ class CrawlerGateMiddleware:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.app = app
-        self.core = GateCore(settings, cache=cache, classifier=classifier, clock=clock)
+        self.core = build_core(settings, cache=cache, classifier=classifier, clock=clock)
         self.settings = settings
         self.cache = self.core.cache
         self.keys = self.core.keys

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from crawlergate.errors import ConfigError
-from crawlergate.logrecord import FieldRow, LogRecord, blank_lines, parse_iso_time, split_request
-from crawlergate.logtext import parse_log_time
+from crawlergate.tools.logrecord import FieldRow, LogRecord, blank_lines, parse_iso_time, split_request
+from crawlergate.tools.logtext import parse_log_time
 
 # Names per field, in the order they are tried. Caddy: request.* and ts/duration/size/status;
 # nginx: its variable names; Traefik: its CamelCase names with request_<Header> for headers.

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from crawlergate.classify import Classifier, Verdict
-from crawlergate.logparse import LogRecord
+from crawlergate.tools.logparse import LogRecord
 
 K = TypeVar("K")
 
@@ -301,7 +301,7 @@ def format_profile(profile: TraceProfile, classifier: Classifier, top: int) -> s
 
 
 def profile_html(profile: TraceProfile, classifier: Classifier, top: int) -> str:
-    from crawlergate.plot import bar_chart, html_page, line_chart
+    from crawlergate.tools.plot import bar_chart, html_page, line_chart
 
     hours = {kind: [(float(hour), float(count)) for hour, count in enumerate(counts)]
              for kind, counts in profile.by_hour.items()}  # fmt: skip

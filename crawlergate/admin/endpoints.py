@@ -15,8 +15,8 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from crawlergate.forwarded import TrustedProxies
-from crawlergate.serve import Response, send_response
+from crawlergate.gate.answer import Response, send_response
+from crawlergate.gate.forwarded import TrustedProxies
 
 
 class AdminEndpoints:

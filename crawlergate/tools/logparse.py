@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import BinaryIO, TypeVar
 
 from crawlergate.errors import ConfigError
-from crawlergate.logjson import JsonFormat
-from crawlergate.logrecord import AccessLogFormat, FieldRow, LogRecord, split_request
-from crawlergate.logtext import AUTO, PRESETS, LogFormat, TextLayout, parse_log_time, tail_tokens, time_value
-from crawlergate.logw3c import W3cFormat
+from crawlergate.tools.logjson import JsonFormat
+from crawlergate.tools.logrecord import AccessLogFormat, FieldRow, LogRecord, split_request
+from crawlergate.tools.logtext import AUTO, PRESETS, LogFormat, TextLayout, parse_log_time, tail_tokens, time_value
+from crawlergate.tools.logw3c import W3cFormat
 
 __all__ = [
     "AUTO",

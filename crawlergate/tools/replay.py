@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from crawlergate.classify import Classifier
-from crawlergate.httpclient import ConnectionPool, ReplayError
-from crawlergate.logparse import LogRecord
+from crawlergate.tools.httpclient import ConnectionPool, ReplayError
+from crawlergate.tools.logparse import LogRecord
 
 T = TypeVar("T")
 # Characters a request target may carry as they are (RFC 3986 pchar, "/", "?", and "%" of escapes).
@@ -358,7 +358,7 @@ def comparison(results: Sequence[ReplayResult]) -> dict[str, Any]:
 
 
 def report_html(results: Sequence[ReplayResult]) -> str:
-    from crawlergate.plot import bar_chart, html_page, html_table, line_chart
+    from crawlergate.tools.plot import bar_chart, html_page, html_table, line_chart
 
     sections = [("Summary", "<pre>" + format_summary(results).replace("<", "&lt;") + "</pre>")]
     if len(results) > 1:

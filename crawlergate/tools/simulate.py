@@ -39,12 +39,12 @@ from typing import Any
 from crawlergate.classify import Classifier
 from crawlergate.errors import ConfigError
 from crawlergate.keys import KeyMaker
-from crawlergate.logparse import LogReader, split_request
+from crawlergate.tools.logparse import LogReader, split_request
 
 POLICIES = ("lru", "lru+human", "clock", "random", "static", "min", "infinite")
 # Bumped when the cached trace's layout changes, so old files are ignored.
 TRACE_VERSION = 5
-# Statuses the gate stores (crawlergate.storable): what simulate lets into the cache.
+# Statuses the gate stores (crawlergate.gate.storable): what simulate lets into the cache.
 STORED_STATUSES = frozenset({"200", "301", "308", "404", "410"})
 _NEVER = 1 << 62
 # The paper's average gzip page (section 5): the size assumed when a log records none.
@@ -682,7 +682,7 @@ def _ratio(report: SimulationReport, result: PolicyResult) -> str:
 
 
 def report_html(report: SimulationReport, policies: Sequence[str]) -> str:
-    from crawlergate.plot import html_page, html_table, line_chart
+    from crawlergate.tools.plot import html_page, html_table, line_chart
 
     series = {
         policy: [(float(r.size_bytes), r.hit_ratio) for r in report.curve if r.policy == policy] for policy in policies

@@ -2,7 +2,7 @@
 
 Start-up is loud: a bad origin URL, an unusable cache directory or a port in use stop it with
 one line before uvicorn starts. Workers are uvicorn processes that each build the app from the
-environment (``crawlergate.proxy:app_from_environment``), so the command-line flags are handed to
+environment (``crawlergate.adapters.proxy:app_from_environment``), so the command-line flags are handed to
 them as ``CRAWLERGATE_*`` variables. SIGTERM and SIGINT are graceful: uvicorn stops accepting,
 lets in-flight requests finish, then the gate drains its background work; L2 writes are atomic,
 so no half-written page can remain.
@@ -22,11 +22,11 @@ from typing import Any
 
 import uvicorn
 
+from crawlergate.adapters.httpserver import HeadLimits, LimitedHttpToolsProtocol
 from crawlergate.config import CONFIG_PATH_VARIABLE, ENV_PREFIX, Settings
-from crawlergate.core import build_cache
 from crawlergate.errors import ConfigError
-from crawlergate.httpserver import HeadLimits, LimitedHttpToolsProtocol
 from crawlergate.metrics import Metrics
+from crawlergate.wiring import build_cache
 
 # Seconds uvicorn lets in-flight requests finish after SIGTERM before it closes them.
 GRACEFUL_SHUTDOWN_S = 30
@@ -81,7 +81,7 @@ def run_proxy(settings: Settings, *, config_path: Path | None, overrides: Mappin
     for stop_signal in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop_signal, lambda number, frame: stopped_by.append(number))
     uvicorn.run(
-        "crawlergate.proxy:app_from_environment",
+        "crawlergate.adapters.proxy:app_from_environment",
         factory=True,
         host=server.host,
         port=server.port,

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from crawlergate.config import CacheSettings
+from crawlergate.gate.origin import OriginResponse
 from crawlergate.keys import KeyMaker, normalise_path
-from crawlergate.origin import OriginResponse
 from crawlergate.page import Page, parse_http_date
 
 logger = logging.getLogger(__name__)

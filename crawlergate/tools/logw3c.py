@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from urllib.parse import unquote
 
 from crawlergate.errors import ConfigError
-from crawlergate.logrecord import FieldRow, LogRecord
+from crawlergate.tools.logrecord import FieldRow, LogRecord
 
 FIELDS_DIRECTIVE = "#Fields:"
 

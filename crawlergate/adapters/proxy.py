@@ -26,15 +26,15 @@ import anyio
 import httpx
 from starlette.types import Message, Receive, Scope, Send
 
+from crawlergate.adapters.asgi import CrawlerGateMiddleware
+from crawlergate.adapters.httpserver import HeadLimits
+from crawlergate.adapters.origintransport import OriginAddress, OriginTransport
+from crawlergate.adapters.websocket import MAX_MESSAGE_BYTES, WebSocketRelay
 from crawlergate.config import Settings, load_settings
 from crawlergate.errors import ConfigError, OriginError, OriginTimeout
-from crawlergate.forwarded import TrustedProxies
-from crawlergate.httpserver import HeadLimits
-from crawlergate.middleware import CrawlerGateMiddleware
-from crawlergate.origin import FILL_EXTENSION, PublicSite
-from crawlergate.origintransport import OriginAddress, OriginTransport
-from crawlergate.serve import plain_response, send_response
-from crawlergate.websocket import MAX_MESSAGE_BYTES, WebSocketRelay
+from crawlergate.gate.answer import plain_response, send_response
+from crawlergate.gate.forwarded import TrustedProxies
+from crawlergate.gate.origin import FILL_EXTENSION, PublicSite
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ Settings (classifier, cache keys, the two cache levels, metrics) and answers the
 request asks: is it admin, too long, to pass, or a crawler's cacheable page; is a stored page still
 fresh; may a response be stored and for how long.
 
-    core = GateCore(settings)
+    core = build_core(settings)   # crawlergate.wiring
     decision = core.decide("GET", "/t/1", b"/t/1", b"", headers)
 """
 
@@ -16,25 +16,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
-from crawlergate.admin import AdminEndpoints
+from crawlergate.admin.endpoints import AdminEndpoints
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
 from crawlergate.errors import OriginError, OriginTimeout
-from crawlergate.forwarded import TrustedProxies
+from crawlergate.gate.answer import Response, page_response, plain_response
+from crawlergate.gate.forwarded import TrustedProxies
+from crawlergate.gate.origin import OriginResponse, PageTooLarge, PublicSite
+from crawlergate.gate.storable import StoragePolicy, StoreVerdict
 from crawlergate.keys import CacheKey, KeyMaker
-from crawlergate.metrics import Metrics
-from crawlergate.origin import OriginResponse, PageTooLarge, PublicSite
 from crawlergate.page import Page
-from crawlergate.rules import load_site_profiles
-from crawlergate.serve import Response, page_response, plain_response
-from crawlergate.storable import StoragePolicy, StoreVerdict
-from crawlergate.stores.base import Store
-from crawlergate.stores.disk import DiskStore
-from crawlergate.stores.memcached import MemcachedStore
-from crawlergate.stores.memory import MemoryStore
 
 # Fills after which a stored copy of any age is better than what the site sent.
 _FAILED_FILL = ("origin-error", "incomplete", "empty", "redirect-to-self")
@@ -104,12 +97,13 @@ class Decision:
 
 
 class GateCore:
-    """The decisions and components of one gate.
+    """The decisions and components of one gate (assembled from Settings by ``wiring.build_core``).
 
     Parameters:
         settings: all configuration.
-        cache: a ready TwoLevelCache; built from settings if None.
-        classifier: a ready Classifier; built from settings if None.
+        cache: the two cache levels; its metrics are the gate's.
+        classifier: crawler or human.
+        keys: URL to cache key, with the site profiles' rules.
         clock: wall-clock time (page ages are persisted in L2), injectable for tests.
     """
 
@@ -117,18 +111,16 @@ class GateCore:
         self,
         settings: Settings,
         *,
-        cache: TwoLevelCache | None = None,
-        classifier: Classifier | None = None,
+        cache: TwoLevelCache,
+        classifier: Classifier,
+        keys: KeyMaker,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
-        self.metrics = cache.metrics if cache is not None else Metrics()
-        self.cache = cache if cache is not None else build_cache(settings, self.metrics)
-        profiles = load_site_profiles(settings.classify.rules_dir, settings.cache.sites)
-        self.classifier = classifier or Classifier.from_settings(
-            settings.classify, extra_session_cookies=[name for profile in profiles for name in profile.session_cookies]
-        )
-        self.keys = KeyMaker.from_settings(settings, profiles)
+        self.metrics = cache.metrics
+        self.cache = cache
+        self.classifier = classifier
+        self.keys = keys
         self.storage = StoragePolicy(settings.cache, self.keys)
         self.trusted = TrustedProxies(settings.server.trusted_proxies)
         self.clock = clock
@@ -254,26 +246,6 @@ class GateCore:
             return None, "pass"
         response = result.response
         return (response.status, origin_headers(response), b"" if method == "HEAD" else response.body), "miss"
-
-
-def build_cache(settings: Settings, metrics: Metrics) -> TwoLevelCache:
-    """L1 and L2 as the settings say: memcached when servers are given, else the embedded LRU."""
-    l1: Store
-    local_ttl_s = 0.0
-    if settings.l1.memcached:
-        local_ttl_s = settings.l1.local_ttl_ms / 1000
-        l1 = MemcachedStore(
-            settings.l1.memcached,
-            connect_timeout_s=settings.l1.connect_timeout_ms / 1000,
-            timeout_s=settings.l1.timeout_ms / 1000,
-            dead_retry_seconds=settings.l1.dead_retry_seconds,
-            item_max_bytes=settings.l1.item_max_bytes,
-            namespace=settings.l1_namespace,
-        )
-    else:
-        l1 = MemoryStore(settings.l1.max_bytes, item_max_bytes=settings.l1.item_max_bytes)
-    l2 = DiskStore(Path(settings.cache_dir), max_bytes=settings.l2.max_bytes, page_max_bytes=settings.l2.page_max_bytes)
-    return TwoLevelCache(l1, l2, metrics, local_ttl_s=local_ttl_s)
 
 
 def origin_headers(response: OriginResponse) -> list[tuple[bytes, bytes]]:

@@ -1,0 +1,1 @@
+"""The ways of running the gate: ASGI and WSGI middleware, the reverse proxy, the server."""

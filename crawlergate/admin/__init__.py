@@ -1,0 +1,1 @@
+"""The admin endpoints under /_crawlergate/."""

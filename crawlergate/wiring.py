@@ -1,0 +1,66 @@
+"""Building a gate from Settings: the one place its components are assembled.
+
+The adapters (ASGI and WSGI middleware, the proxy, ``serve``), the demo and the command line all
+build their gate here, so a setting means the same thing however the gate runs.
+
+    core = build_core(load_settings("crawlergate.toml"))
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from crawlergate.cache import TwoLevelCache
+from crawlergate.classify import Classifier
+from crawlergate.config import Settings
+from crawlergate.gate.engine import GateCore
+from crawlergate.keys import KeyMaker
+from crawlergate.metrics import Metrics
+from crawlergate.rules import load_site_profiles
+from crawlergate.stores.base import Store
+from crawlergate.stores.disk import DiskStore
+from crawlergate.stores.memcached import MemcachedStore
+from crawlergate.stores.memory import MemoryStore
+
+
+def build_core(
+    settings: Settings,
+    *,
+    cache: TwoLevelCache | None = None,
+    classifier: Classifier | None = None,
+    clock: Callable[[], float] = time.time,
+) -> GateCore:
+    """A gate's decisions and components; ``cache`` and ``classifier`` when given are shared, not built."""
+    profiles = load_site_profiles(settings.classify.rules_dir, settings.cache.sites)
+    classifier = classifier or Classifier.from_settings(
+        settings.classify, extra_session_cookies=[name for profile in profiles for name in profile.session_cookies]
+    )
+    return GateCore(
+        settings,
+        cache=cache if cache is not None else build_cache(settings, Metrics()),
+        classifier=classifier,
+        keys=KeyMaker.from_settings(settings, profiles),
+        clock=clock,
+    )
+
+
+def build_cache(settings: Settings, metrics: Metrics) -> TwoLevelCache:
+    """L1 and L2 as the settings say: memcached when servers are given, else the embedded LRU."""
+    l1: Store
+    local_ttl_s = 0.0
+    if settings.l1.memcached:
+        local_ttl_s = settings.l1.local_ttl_ms / 1000
+        l1 = MemcachedStore(
+            settings.l1.memcached,
+            connect_timeout_s=settings.l1.connect_timeout_ms / 1000,
+            timeout_s=settings.l1.timeout_ms / 1000,
+            dead_retry_seconds=settings.l1.dead_retry_seconds,
+            item_max_bytes=settings.l1.item_max_bytes,
+            namespace=settings.l1_namespace,
+        )
+    else:
+        l1 = MemoryStore(settings.l1.max_bytes, item_max_bytes=settings.l1.item_max_bytes)
+    l2 = DiskStore(Path(settings.cache_dir), max_bytes=settings.l2.max_bytes, page_max_bytes=settings.l2.page_max_bytes)
+    return TwoLevelCache(l1, l2, metrics, local_ttl_s=local_ttl_s)
