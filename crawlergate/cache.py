@@ -1,8 +1,7 @@
-"""TwoLevelCache: L1 (memcached or in-process) in front of L2 (gzip files), with single-flight fills.
+"""TwoLevelCache: L1 (memcached or in-process) in front of L2 (gzip files).
 
-Lookup goes L1, then L2 (an L2 hit is promoted into L1), then reports a miss. A miss is filled by
-one guest sub-request per key however many crawlers ask at once; the page is stored in L2 and L1
-when it is storable. Human page views prefetch: the page's L2 copy is pushed into L1 if absent,
+Lookup goes L1, then L2 (an L2 hit is promoted into L1), then reports a miss, which the gate's
+filler (``gate/fill.py``) fills and stores here in L2 and L1 when it is storable. Human page views prefetch: the page's L2 copy is pushed into L1 if absent,
 its recency refreshed if present (memcached ``touch`` / ``add``). A store that fails is a miss,
 counted, never an error; a page that fails its checksum is deleted and never served.
 
@@ -12,12 +11,11 @@ counted, never an error; a page that fails its checksum is deleted and never ser
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -72,7 +70,6 @@ class TwoLevelCache:
         # A page this process read from a remote L1 is trusted for this long without asking again.
         self.local_ttl_s = local_ttl_s
         self._monotonic = monotonic
-        self._fills: dict[str, asyncio.Future[object]] = {}
         self._decoded: OrderedDict[str, tuple[bytes, Found, float]] = OrderedDict()
         self._decoded_bytes = 0
         self._next_store_warning = 0.0
@@ -191,29 +188,6 @@ class TwoLevelCache:
                 store.delete(key.digest)
             except StoreUnavailable:
                 self.metrics.count_store_error("crawler")
-
-    async def single_flight(self, key: CacheKey, fill: Callable[[], Awaitable[object]]) -> object:
-        """Run ``fill`` once for concurrent callers of the same key; all get its result (or its exception)."""
-        pending = self._fills.get(key.digest)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._fills[key.digest] = future
-        try:
-            result = await fill()
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        except Exception as exc:
-            future.set_exception(exc)
-            # Followers retrieve it; mark it retrieved so a lone leader leaves no warning behind.
-            future.exception()
-            raise
-        else:
-            future.set_result(result)
-            return result
-        finally:
-            del self._fills[key.digest]
 
     def _get(self, store: Store | DiskStore, key: CacheKey, kind: str) -> bytes | None:
         try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -23,16 +23,20 @@ from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
 from crawlergate.errors import OriginError
-from crawlergate.gate.answer import Response, accepts_gzip, page_response, plain_response, send_response
+from crawlergate.gate.answer import (
+    INLINE_PAGE_BYTES,
+    Response,
+    accepts_gzip,
+    page_response,
+    plain_response,
+    send_response,
+)
 from crawlergate.gate.engine import Decision, RequestHeaders, Route, Unstored
-from crawlergate.gate.origin import AsgiOrigin, PageTooLarge, PublicSite
+from crawlergate.gate.fill import Filler
+from crawlergate.gate.origin import AsgiOrigin, OriginResponse, PublicSite
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
 from crawlergate.wiring import build_core
-
-# Pages up to this size are gzipped, hashed or decompressed on the event loop (tens of microseconds);
-# larger ones in a worker thread, so one big page never stalls every other request.
-INLINE_PAGE_BYTES = 256 * 1024
 
 
 async def _answer(page: Page, method: str, request: RequestHeaders, *, outcome: bytes) -> Response:
@@ -75,6 +79,7 @@ class CrawlerGateMiddleware:
             timeout_s=settings.cache.fill_timeout_seconds,
             max_bytes=settings.l2.page_max_bytes,
         )
+        self.filler = Filler(self.core)
         self.admin = self.core.admin
         self._background: set[asyncio.Task[None]] = set()
 
@@ -143,7 +148,7 @@ class CrawlerGateMiddleware:
         result: Page | Unstored | None = None
         error: OriginError | None = None
         try:
-            result = await self.cache.single_flight(key, lambda: self._fill(key, scope))  # type: ignore[assignment]
+            result = await self.filler.fill(key, lambda: self._fetch(key, scope))
         except OriginError as exc:
             error = exc
         response: Response | None
@@ -160,31 +165,14 @@ class CrawlerGateMiddleware:
         await send_response(send, response)
         self.metrics.record_since("crawler", outcome, started)
 
-    async def _fill(self, key: CacheKey, scope: Scope) -> Page | Unstored:
-        """One guest sub-request for the visitor of ``scope``; the stored Page when storable, else why not."""
-        self.metrics.origin_fetches += 1
+    def _fetch(self, key: CacheKey, scope: Scope) -> Awaitable[OriginResponse]:
+        """The guest sub-request for the visitor of ``scope``."""
         client, server = scope.get("client"), scope.get("server")
-        try:
-            response = await self.origin.fetch_guest(
-                key.target,
-                client=self.core.client_address(client[0] if client else None, scope["headers"]),
-                arrived_at=PublicSite.from_server(scope.get("scheme", "http"), server) if server else None,
-            )
-        except OriginError as exc:
-            self.metrics.origin_errors += 1
-            self.metrics.count_not_stored("too-big" if isinstance(exc, PageTooLarge) else "origin-error")
-            raise
-        # Compressing and hashing a big page takes the event loop for a while (297 ms for 8 MB): a thread.
-        if len(response.body) > INLINE_PAGE_BYTES:
-            judged = await anyio.to_thread.run_sync(self.core.judge_fill, key, response)
-        else:
-            judged = self.core.judge_fill(key, response)
-        if isinstance(judged, Unstored):
-            if judged.has("origin-error") or judged.has("incomplete"):
-                self.metrics.origin_errors += 1
-            return judged
-        await anyio.to_thread.run_sync(self.cache.store, key, judged)
-        return judged
+        return self.origin.fetch_guest(
+            key.target,
+            client=self.core.client_address(client[0] if client else None, scope["headers"]),
+            arrived_at=PublicSite.from_server(scope.get("scheme", "http"), server) if server else None,
+        )
 
     async def _pass(self, scope: Scope, receive: Receive, send: Send, kind: str, started: float) -> int:
         status = 0

@@ -10,10 +10,9 @@ in a small background pool, so it never delays the person.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
+from concurrent.futures import Future, ThreadPoolExecutor
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -21,12 +20,10 @@ from urllib.parse import quote
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
-from crawlergate.errors import OriginError, OriginTimeout
 from crawlergate.gate.answer import Response, page_response, plain_response
-from crawlergate.gate.engine import Decision, Route, Unstored
-from crawlergate.gate.origin import PageTooLarge, PublicSite, WsgiOrigin
-from crawlergate.keys import CacheKey
-from crawlergate.page import Page
+from crawlergate.gate.engine import Decision, Route
+from crawlergate.gate.fill import Filler
+from crawlergate.gate.origin import PublicSite, WsgiOrigin
 from crawlergate.wiring import build_core
 
 if TYPE_CHECKING:
@@ -34,20 +31,7 @@ if TYPE_CHECKING:
 
 # Prefetches are small (a touch, maybe a file read and an add): two threads keep up with a busy site.
 PREFETCH_THREADS = 2
-# Fills at once, across pages: a site that hangs holds at most these threads, never the server's.
-FILL_THREADS = 8
 _PATH_SAFE = "/:@!$&'()*+,;=~"
-
-
-class _Flight:
-    """One in-progress fill that other threads wait for."""
-
-    __slots__ = ("done", "result", "error")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.result: Page | Unstored | None = None
-        self.error: OriginError | None = None
 
 
 class CrawlerGateWSGI:
@@ -81,10 +65,8 @@ class CrawlerGateWSGI:
             max_bytes=settings.l2.page_max_bytes,
         )
         self.admin = self.core.admin
-        self._fills: dict[str, _Flight] = {}
-        self._fills_lock = threading.Lock()
+        self.filler = Filler(self.core)
         self._prefetcher = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="crawlergate-prefetch")
-        self._filler = ThreadPoolExecutor(max_workers=FILL_THREADS, thread_name_prefix="crawlergate-fill")
         self._pending: set[Future[bool]] = set()
 
     def start(self) -> None:
@@ -98,7 +80,7 @@ class CrawlerGateWSGI:
     def close(self) -> None:
         """Finish queued prefetches and release the stores."""
         self._prefetcher.shutdown(wait=True)
-        self._filler.shutdown(wait=False, cancel_futures=True)
+        self.filler.close()
         self.core.close()
 
     def mark_changed(self, url: str) -> int:
@@ -131,63 +113,22 @@ class CrawlerGateWSGI:
             self.metrics.record_since("crawler", f"{found.level}-hit", started)
             served = page_response(found.page, method, decision.headers, outcome=b"%s-hit" % found.level.encode())
             return _respond(start_response, served)
-        flight = self._single_flight(key, environ)
-        response, outcome = self.core.after_fill(
-            key, flight.result, flight.error, found.page if found else None, method, decision.headers
-        )
-        if response is None:
-            return self._pass(environ, start_response, decision, started)
-        self.metrics.record_since("crawler", outcome, started)
-        return _respond(start_response, response)
-
-    def _single_flight(self, key: CacheKey, environ: WSGIEnvironment) -> _Flight:
-        with self._fills_lock:
-            flight = self._fills.get(key.digest)
-            leader = flight is None
-            if flight is None:
-                flight = self._fills[key.digest] = _Flight()
-        if not leader:
-            if not flight.done.wait(self.settings.cache.fill_timeout_seconds):
-                waiting = _Flight()
-                waiting.error = OriginTimeout(f"{key.target}: still being fetched by another request")
-                return waiting
-            return flight
-        # The fill runs in a pool thread so the deadline holds however long the site takes: the request
-        # answers stale or 504 in time, and the fill may still finish and store the page in the background.
         client = self.core.client_address(
             environ.get("REMOTE_ADDR"), [(b"x-forwarded-for", environ.get("HTTP_X_FORWARDED_FOR", "").encode())]
         )
         arrived_at = PublicSite.from_server(
             environ.get("wsgi.url_scheme", "http"), (environ.get("SERVER_NAME", ""), environ.get("SERVER_PORT"))
         )
-        try:
-            deadline = self.settings.cache.fill_timeout_seconds
-            flight.result = self._filler.submit(self._fill, key, client, arrived_at).result(timeout=deadline)
-        except FutureTimeout:
-            flight.error = OriginTimeout(f"{key.target}: the site did not answer within {deadline:g} s")
-        except OriginError as exc:
-            flight.error = exc
-        finally:
-            with self._fills_lock:
-                del self._fills[key.digest]
-            flight.done.set()
-        return flight
-
-    def _fill(self, key: CacheKey, client: str | None, arrived_at: PublicSite) -> Page | Unstored:
-        self.metrics.origin_fetches += 1
-        try:
-            response = self.origin.fetch_guest(key.target, client=client, arrived_at=arrived_at)
-        except OriginError as exc:
-            self.metrics.origin_errors += 1
-            self.metrics.count_not_stored("too-big" if isinstance(exc, PageTooLarge) else "origin-error")
-            raise
-        judged = self.core.judge_fill(key, response)
-        if isinstance(judged, Unstored):
-            if judged.has("origin-error") or judged.has("incomplete"):
-                self.metrics.origin_errors += 1
-            return judged
-        self.cache.store(key, judged)
-        return judged
+        filled = self.filler.fill_blocking(
+            key, lambda: self.origin.fetch_guest(key.target, client=client, arrived_at=arrived_at)
+        )
+        response, outcome = self.core.after_fill(
+            key, filled.result, filled.error, found.page if found else None, method, decision.headers
+        )
+        if response is None:
+            return self._pass(environ, start_response, decision, started)
+        self.metrics.record_since("crawler", outcome, started)
+        return _respond(start_response, response)
 
     def _pass(
         self, environ: WSGIEnvironment, start_response: StartResponse, decision: Decision, started: float

@@ -25,6 +25,9 @@ class ConditionalHeaders(Protocol):
 Response = tuple[int, list[tuple[bytes, bytes]], bytes]
 # Bodies larger than this are sent in pieces of this size (the size of a socket's write buffer).
 SEND_PIECE_BYTES = 64 * 1024
+# Pages up to this size are gzipped, hashed or decompressed on the event loop (tens of microseconds);
+# larger ones in a worker thread, so one big page never stalls every other request.
+INLINE_PAGE_BYTES = 256 * 1024
 
 
 def page_response(page: Page, method: str, request: ConditionalHeaders, *, outcome: bytes) -> Response:

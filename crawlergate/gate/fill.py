@@ -1,0 +1,148 @@
+"""The one filler: a guest sub-request for a key, judged by the storable rules, stored, counted.
+
+Every fill goes through here, whoever asks for it: a crawler's miss through the ASGI or WSGI
+middleware or the proxy. Concurrent fills of one key share one origin request (single-flight).
+Async callers share an asyncio future; blocking callers (WSGI) share a thread event, and their
+fill runs in a small pool so the fill deadline holds however long the site takes: the caller
+answers stale or 504 in time, and the fill may still finish and store the page in the background.
+
+    filler = Filler(core)
+    result = await filler.fill(key, lambda: origin.fetch_guest(key.target, client=None))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
+from dataclasses import dataclass
+
+import anyio
+
+from crawlergate.errors import OriginError, OriginTimeout
+from crawlergate.gate.answer import INLINE_PAGE_BYTES
+from crawlergate.gate.engine import GateCore, Unstored
+from crawlergate.gate.origin import OriginResponse, PageTooLarge
+from crawlergate.keys import CacheKey
+from crawlergate.page import Page
+
+# Blocking fills at once, across pages: a site that hangs holds at most these threads, never the server's.
+FILL_THREADS = 8
+
+
+@dataclass(slots=True)
+class FillResult:
+    """How a fill ended: the stored Page, or the answer that was not stored, or the error that stopped it."""
+
+    result: Page | Unstored | None = None
+    error: OriginError | None = None
+
+
+class _Flight:
+    """One blocking fill in progress that other threads wait for."""
+
+    __slots__ = ("done", "outcome")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.outcome = FillResult()
+
+
+class Filler:
+    """Fills keys from the origin for one gate (its cache, storage rules and metrics)."""
+
+    def __init__(self, core: GateCore, *, threads: int = FILL_THREADS) -> None:
+        self.core = core
+        self.metrics = core.metrics
+        self.timeout_s = core.settings.cache.fill_timeout_seconds
+        self._async_fills: dict[str, asyncio.Future[Page | Unstored]] = {}
+        self._blocking_fills: dict[str, _Flight] = {}
+        self._blocking_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="crawlergate-fill")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def fill(self, key: CacheKey, fetch: Callable[[], Awaitable[OriginResponse]]) -> Page | Unstored:
+        """Fetch, judge and store ``key`` once for all concurrent callers; raises OriginError when the site failed."""
+        pending = self._async_fills.get(key.digest)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Page | Unstored] = asyncio.get_running_loop().create_future()
+        self._async_fills[key.digest] = future
+        try:
+            result = await self._fetch_async(key, fetch)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except Exception as exc:
+            future.set_exception(exc)
+            # Followers retrieve it; mark it retrieved so a lone leader leaves no warning behind.
+            future.exception()
+            raise
+        else:
+            future.set_result(result)
+            return result
+        finally:
+            del self._async_fills[key.digest]
+
+    def fill_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> FillResult:
+        """``fill`` for threads: waits at most the fill deadline, then reports an OriginTimeout."""
+        with self._blocking_lock:
+            flight = self._blocking_fills.get(key.digest)
+            leader = flight is None
+            if flight is None:
+                flight = self._blocking_fills[key.digest] = _Flight()
+        if not leader:
+            if not flight.done.wait(self.timeout_s):
+                return FillResult(error=OriginTimeout(f"{key.target}: still being fetched by another request"))
+            return flight.outcome
+        try:
+            flight.outcome.result = self._pool.submit(self._fetch_blocking, key, fetch).result(timeout=self.timeout_s)
+        except FutureTimeout:
+            flight.outcome.error = OriginTimeout(f"{key.target}: the site did not answer within {self.timeout_s:g} s")
+        except OriginError as exc:
+            flight.outcome.error = exc
+        finally:
+            with self._blocking_lock:
+                del self._blocking_fills[key.digest]
+            flight.done.set()
+        return flight.outcome
+
+    async def _fetch_async(self, key: CacheKey, fetch: Callable[[], Awaitable[OriginResponse]]) -> Page | Unstored:
+        self.metrics.origin_fetches += 1
+        try:
+            response = await fetch()
+        except OriginError as exc:
+            self._count_failure(exc)
+            raise
+        # Compressing and hashing a big page takes the event loop for a while (297 ms for 8 MB): a thread.
+        if len(response.body) > INLINE_PAGE_BYTES:
+            judged = await anyio.to_thread.run_sync(self.core.judge_fill, key, response)
+        else:
+            judged = self.core.judge_fill(key, response)
+        if isinstance(judged, Page):
+            await anyio.to_thread.run_sync(self.core.cache.store, key, judged)
+        return self._counted(judged)
+
+    def _fetch_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> Page | Unstored:
+        self.metrics.origin_fetches += 1
+        try:
+            response = fetch()
+        except OriginError as exc:
+            self._count_failure(exc)
+            raise
+        judged = self.core.judge_fill(key, response)
+        if isinstance(judged, Page):
+            self.core.cache.store(key, judged)
+        return self._counted(judged)
+
+    def _count_failure(self, error: OriginError) -> None:
+        self.metrics.origin_errors += 1
+        self.metrics.count_not_stored("too-big" if isinstance(error, PageTooLarge) else "origin-error")
+
+    def _counted(self, judged: Page | Unstored) -> Page | Unstored:
+        if isinstance(judged, Unstored) and (judged.has("origin-error") or judged.has("incomplete")):
+            self.metrics.origin_errors += 1
+        return judged
