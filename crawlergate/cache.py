@@ -1,9 +1,10 @@
 """TwoLevelCache: L1 (memcached or in-process) in front of L2 (gzip files).
 
 Lookup goes L1, then L2 (an L2 hit is promoted into L1), then reports a miss, which the gate's
-filler (``gate/fill.py``) fills and stores here in L2 and L1 when it is storable. Human page views prefetch: the page's L2 copy is pushed into L1 if absent,
-its recency refreshed if present (memcached ``touch`` / ``add``). A store that fails is a miss,
-counted, never an error; a page that fails its checksum is deleted and never served.
+filler (``gate/fill.py``) fills and stores here, in L2 and L1, when it is storable. Human page
+views prefetch: the page's L2 copy is pushed into L1 if absent, its recency refreshed if present
+(memcached ``touch`` / ``add``). A store that fails is a miss, counted, never an error; a page
+that fails its checksum is deleted and never served.
 
     cache = TwoLevelCache(MemoryStore(64 << 20), DiskStore(root, max_bytes=1 << 30), metrics)
     found = cache.lookup(key)

@@ -262,9 +262,7 @@ def _flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _run_serve(args: argparse.Namespace) -> int:
     from crawlergate.adapters.server import run_proxy
 
-    overrides = _flag_overrides(args)
-    settings = _settings(args, overrides)
-    return run_proxy(settings, config_path=args.config, overrides=overrides)
+    return run_proxy(_settings(args, _flag_overrides(args)))
 
 
 def _run_check(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import ipaddress
+import json
 import os
 import re
 import tomllib
@@ -26,6 +27,8 @@ from crawlergate.errors import ConfigError
 ENV_PREFIX = "CRAWLERGATE_"
 # The config file's path, when no --config is given (how `serve --workers N` hands it to its workers).
 CONFIG_PATH_VARIABLE = "CRAWLERGATE_CONFIG"
+# A whole Settings, serialised: how `serve` hands its settings to worker processes and the demo to its gate.
+SETTINGS_VARIABLE = "CRAWLERGATE_SETTINGS_JSON"
 
 # Session cookies of the common frameworks (PHP, Java servlets, Django, Rails, Laravel, Express,
 # ASP.NET, WordPress, phpBB, vBulletin, Discourse); a trailing * matches a name prefix.
@@ -367,6 +370,10 @@ class Settings:
         site = self.server.public_url or self.server.origin
         return hashlib.blake2b(site.lower().encode(), digest_size=5).hexdigest() if site else ""
 
+    def to_environ(self) -> dict[str, str]:
+        """These settings as one environment variable, read back whole by ``load_settings`` in another process."""
+        return {SETTINGS_VARIABLE: json.dumps(dataclasses.asdict(self))}
+
     @property
     def cache_dir(self) -> Path:
         """The L2 directory, with the laptop default filled in."""
@@ -388,9 +395,12 @@ def load_settings(
 ) -> Settings:
     """Build Settings from a TOML file, then ``CRAWLERGATE_*`` variables, then dotted-key overrides.
 
-    The later source wins. Raises ConfigError with a sentence naming the key and the value.
+    The later source wins; settings serialised by ``Settings.to_environ`` come first of all. Raises
+    ConfigError with a sentence naming the key and the value.
     """
     merged: dict[str, dict[str, Any]] = {}
+    if environ.get(SETTINGS_VARIABLE):
+        _merge(merged, _read_serialised(environ[SETTINGS_VARIABLE]), source=SETTINGS_VARIABLE)
     if path is None and environ.get(CONFIG_PATH_VARIABLE):
         path = environ[CONFIG_PATH_VARIABLE]
     if path is not None:
@@ -439,10 +449,20 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"Config file '{path}' is not valid TOML: {exc}.") from None
 
 
+def _read_serialised(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"Environment variable '{SETTINGS_VARIABLE}' is not valid JSON: {exc}.") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"Environment variable '{SETTINGS_VARIABLE}' must hold a JSON object of sections.")
+    return data
+
+
 def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
     flat: dict[str, str] = {}
     for name, value in environ.items():
-        if not name.startswith(ENV_PREFIX) or name == CONFIG_PATH_VARIABLE:
+        if not name.startswith(ENV_PREFIX) or name in (CONFIG_PATH_VARIABLE, SETTINGS_VARIABLE):
             continue
         section, _, key = name[len(ENV_PREFIX) :].lower().partition("_")
         if section not in _SECTIONS or not key:

@@ -123,3 +123,23 @@ def test_config_l1_namespace_from_the_public_url_or_given() -> None:
     assert load_settings(None, {}).l1_namespace == ""
     with pytest.raises(ConfigError, match="l1.namespace"):
         load_settings(None, {"CRAWLERGATE_L1_NAMESPACE": "a b"})
+
+
+def test_config_serialised_settings_come_back_whole(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[admin]\nprefix = "/_gate"\n[l2]\nmax_bytes = "2MB"\n'
+        '[classify]\nignored_cookies = ["a,b", "consent"]\nsession_cookie_rule = "named"\n'
+    )
+    settings = load_settings(config, {}, {"server.origin": "http://127.0.0.1:9", "server.workers": 2})
+    environ = settings.to_environ()
+    assert list(environ) == ["CRAWLERGATE_SETTINGS_JSON"]
+    assert load_settings(None, environ) == settings  # a comma inside a list item survives, unlike CRAWLERGATE_*
+    # Variables and flags given to the other process still win over the serialised settings.
+    again = load_settings(None, {**environ, "CRAWLERGATE_SERVER_PORT": "9100"}, {"admin.prefix": "/_x"})
+    assert again.server.port == 9100 and again.admin.prefix == "/_x" and again.l2.max_bytes == 2_000_000
+
+
+def test_config_serialised_settings_that_are_not_json_are_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="CRAWLERGATE_SETTINGS_JSON"):
+        load_settings(None, {"CRAWLERGATE_SETTINGS_JSON": "{not json"})

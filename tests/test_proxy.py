@@ -570,3 +570,28 @@ def test_proxy_followers_of_an_unstorable_fill_never_share_its_cookie(tmp_path: 
         origin.stop()
     assert all(answer.status_code == 200 for answer in answers)
     assert not any("set-cookie" in answer.headers for answer in answers)
+
+
+def test_serve_workers_run_on_the_settings_serve_was_given(forum: ServerThread, tmp_path: Path) -> None:
+    config = tmp_path / "gate.toml"
+    config.write_text('[admin]\nprefix = "/_gate"\n')
+    port = free_port()
+    argv = ["serve", "--origin", forum.url, "--port", str(port), "--workers", "2", "--config", str(config)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "crawlergate", *argv, "--cache-dir", str(tmp_path / "l2")],
+        stderr=subprocess.DEVNULL,
+        env={key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        answers: list[int] = []
+        while len(answers) < 20:  # a new connection each time: both workers answer some
+            try:
+                answers.append(httpx.get(f"http://127.0.0.1:{port}/_gate/stats").status_code)
+            except httpx.TransportError:
+                assert process.poll() is None and time.monotonic() < deadline, "serve did not start"
+                time.sleep(0.1)
+        assert answers == [200] * 20
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)

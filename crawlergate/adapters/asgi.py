@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from crawlergate.cache import TwoLevelCache
+from crawlergate.cache import Found, TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
 from crawlergate.errors import OriginError
@@ -138,13 +138,14 @@ class CrawlerGateMiddleware:
         # memcached too (3,000 vs 5,000 hits/s, scripts/bench_gate.py): pymemcache spends ~100 µs of
         # Python per 17 KB get, which threads cannot overlap under the GIL. L2 reads the disk: a thread.
         found = self.cache.lookup_l1(key) or await anyio.to_thread.run_sync(self.cache.lookup_l2, key)
-        if found is not None and self.core.is_fresh(found.page):
+        step = self.core.serve_or_fill(found)
+        if isinstance(step, Found):
             await send_response(
-                send, await _answer(found.page, method, request, outcome=b"%s-hit" % found.level.encode())
+                send, await _answer(step.page, method, request, outcome=b"%s-hit" % step.level.encode())
             )
-            self.metrics.record_since("crawler", f"{found.level}-hit", started)
+            self.metrics.record_since("crawler", f"{step.level}-hit", started)
             return
-        stale = found.page if found is not None else None
+        stale = step.stale
         result: Page | Unstored | None = None
         error: OriginError | None = None
         try:

@@ -16,14 +16,11 @@ import resource
 import signal
 import socket
 import sys
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
 
 import uvicorn
 
 from crawlergate.adapters.httpserver import HeadLimits, LimitedHttpToolsProtocol
-from crawlergate.config import CONFIG_PATH_VARIABLE, ENV_PREFIX, Settings
+from crawlergate.config import Settings
 from crawlergate.errors import ConfigError
 from crawlergate.metrics import Metrics
 from crawlergate.wiring import build_cache
@@ -34,7 +31,7 @@ GRACEFUL_SHUTDOWN_S = 30
 BACKLOG = 2048
 
 
-def run_proxy(settings: Settings, *, config_path: Path | None, overrides: Mapping[str, Any]) -> int:
+def run_proxy(settings: Settings) -> int:
     """Check the settings, print where the proxy listens, and serve until a signal stops it."""
     server = settings.server
     if not server.origin:
@@ -47,12 +44,8 @@ def run_proxy(settings: Settings, *, config_path: Path | None, overrides: Mappin
     cache.close()
     _check_port(server.host, server.port)
 
-    if config_path is not None:
-        os.environ[CONFIG_PATH_VARIABLE] = str(config_path.resolve())
-    for dotted, value in overrides.items():
-        os.environ[ENV_PREFIX + dotted.replace(".", "_").upper()] = (
-            ",".join(value) if isinstance(value, tuple) else str(value)
-        )
+    # Workers build their app from the environment: these settings, whole, as one serialised value.
+    os.environ.update(settings.to_environ())
 
     l1 = (
         f"memcached {', '.join(settings.l1.memcached)}"

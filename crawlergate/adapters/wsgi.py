@@ -17,7 +17,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from crawlergate.cache import TwoLevelCache
+from crawlergate.cache import Found, TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
 from crawlergate.gate.answer import Response, page_response, plain_response
@@ -108,10 +108,10 @@ class CrawlerGateWSGI:
         key = decision.key
         assert key is not None
         method = environ["REQUEST_METHOD"]
-        found = self.cache.lookup(key)
-        if found is not None and self.core.is_fresh(found.page):
-            self.metrics.record_since("crawler", f"{found.level}-hit", started)
-            served = page_response(found.page, method, decision.headers, outcome=b"%s-hit" % found.level.encode())
+        step = self.core.serve_or_fill(self.cache.lookup(key))
+        if isinstance(step, Found):
+            self.metrics.record_since("crawler", f"{step.level}-hit", started)
+            served = page_response(step.page, method, decision.headers, outcome=b"%s-hit" % step.level.encode())
             return _respond(start_response, served)
         client = self.core.client_address(
             environ.get("REMOTE_ADDR"), [(b"x-forwarded-for", environ.get("HTTP_X_FORWARDED_FOR", "").encode())]
@@ -122,9 +122,7 @@ class CrawlerGateWSGI:
         filled = self.filler.fill_blocking(
             key, lambda: self.origin.fetch_guest(key.target, client=client, arrived_at=arrived_at)
         )
-        response, outcome = self.core.after_fill(
-            key, filled.result, filled.error, found.page if found else None, method, decision.headers
-        )
+        response, outcome = self.core.after_fill(key, filled.result, filled.error, step.stale, method, decision.headers)
         if response is None:
             return self._pass(environ, start_response, decision, started)
         self.metrics.record_since("crawler", outcome, started)

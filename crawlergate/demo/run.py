@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,7 +106,8 @@ def running_experiment(spec: DemoSpec, settings: Settings, folder: Path | None) 
         _wait_for(forum_port, processes[-1], folder / "forum.err")
         gate_command = ["serve", "--origin", f"http://127.0.0.1:{forum_port}", "--port", str(gate_port)]
         gate_command += ["--cache-dir", str(folder / "l2")]
-        processes.append(_start(gate_command, folder / "gate.err"))
+        # The gate runs on the demo's own settings (its --config and CRAWLERGATE_* included), whole.
+        processes.append(_start(gate_command, folder / "gate.err", settings.to_environ()))
         _wait_for(gate_port, processes[-1], folder / "gate.err")
         forum, gate = f"http://127.0.0.1:{forum_port}", f"http://127.0.0.1:{gate_port}"
         say(f"forum on {forum}, crawlergate on {gate}")
@@ -229,8 +230,9 @@ def _warming_requests(db: Path) -> list[ReplayRequest]:
     return [ReplayRequest("GET", target, WARMING_AGENT, "crawler", 0.0) for target in targets]
 
 
-def _start(arguments: list[str], errors: Path) -> subprocess.Popen[bytes]:
+def _start(arguments: list[str], errors: Path, settings: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
     environment = {key: value for key, value in os.environ.items() if key != "CRAWLERGATE_SERVER_PORT"}
+    environment.update(settings or {})
     with errors.open("wb") as stream:
         return subprocess.Popen([sys.executable, "-m", "crawlergate", *arguments], stderr=stream, env=environment)
 

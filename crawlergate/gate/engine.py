@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from crawlergate.admin.endpoints import AdminEndpoints
-from crawlergate.cache import TwoLevelCache
+from crawlergate.cache import Found, TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
 from crawlergate.errors import OriginError, OriginTimeout
@@ -94,6 +94,16 @@ class Decision:
     @property
     def kind(self) -> str:
         return self.verdict.kind
+
+
+@dataclass(frozen=True, slots=True)
+class Fill:
+    """The engine's answer to a crawler whose page is not fresh in the cache: fill its key now.
+
+    ``stale`` is the stored copy, served when the fill fails ("stale beats down").
+    """
+
+    stale: Page | None
 
 
 class GateCore:
@@ -183,8 +193,11 @@ class GateCore:
         key = decision.key
         return decision.route is Route.PASS and key is not None and status == 200 and self.cache.l2.contains(key.digest)
 
-    def is_fresh(self, page: Page) -> bool:
-        return not page.is_expired(self.clock())
+    def serve_or_fill(self, found: Found | None) -> Found | Fill:
+        """A crawler's cached page to serve, or the instruction to fill its key (with the copy to fall back on)."""
+        if found is not None and not found.page.is_expired(self.clock()):
+            return found
+        return Fill(found.page if found is not None else None)
 
     def judge_fill(self, key: CacheKey, response: OriginResponse) -> Page | Unstored:
         """The Page to store for a guest answer, or the answer with every reason it is not stored (counted)."""

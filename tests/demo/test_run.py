@@ -10,8 +10,11 @@ pytestmark = pytest.mark.e2e
 
 
 def test_demo_end_to_end_at_a_small_scale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Its gate runs on the demo's settings: an admin prefix of the config's own is where the demo reads stats.
+    config = tmp_path / "crawlergate.toml"
+    config.write_text('[admin]\nprefix = "/_gate"\n[classify]\nignored_cookies = ["_ga", "consent"]\n')
     argv = ["demo", "--threads", "60", "--requests", "240", "--work-ms", "2", "--concurrency", "4"]
-    assert main([*argv, "--dir", str(tmp_path)]) == 0
+    assert main([*argv, "--dir", str(tmp_path), "--config", str(config)]) == 0
     out = capsys.readouterr().out
     assert "throughput" in out and "crawler mean TTFB" in out and "human mean TTFB" in out
     assert "crawler hit ratio" in out
