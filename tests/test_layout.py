@@ -1,0 +1,49 @@
+"""The package keeps its two halves apart (DESIGN.md, "The house"), read from the import statements."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "crawlergate"
+# Modules both halves may use.
+SHARED = {"crawlergate", "crawlergate.errors", "crawlergate.config", "crawlergate.metrics", "crawlergate.rules"}
+SHARED |= {"crawlergate.classify", "crawlergate.keys", "crawlergate.page"}
+LIVE_GATE = ("gate", "adapters", "admin", "stores", "cache.py", "wiring.py")
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("crawlergate"):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("crawlergate"))
+    return found
+
+
+def _files(*names: str) -> list[Path]:
+    files: list[Path] = []
+    for name in names:
+        target = PACKAGE / name
+        files += sorted(target.rglob("*.py")) if target.is_dir() else [target]
+    return files
+
+
+@pytest.mark.parametrize("path", _files(*LIVE_GATE), ids=lambda path: _module(path))
+def test_layout_the_live_gate_never_imports_the_tools(path: Path) -> None:
+    offline = {name for name in _imports(path) if name.split(".")[1:2] in (["tools"], ["demo"], ["cli"])}
+    assert not offline, f"{_module(path)} imports {sorted(offline)}"
+
+
+@pytest.mark.parametrize("path", _files("tools"), ids=lambda path: _module(path))
+def test_layout_the_tools_take_only_the_shared_modules_from_the_gate(path: Path) -> None:
+    outside = {name for name in _imports(path) if not name.startswith("crawlergate.tools") and name not in SHARED}
+    assert not outside, f"{_module(path)} imports {sorted(outside)}"
