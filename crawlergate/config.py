@@ -314,6 +314,9 @@ class CacheSettings:
     redirect_ttl_seconds: float = 3600.0
     not_found_ttl_seconds: float = 600.0
     fill_timeout_seconds: float = 30.0
+    # A page marked changed, or past its lifetime, is still served to crawlers (and queued for
+    # regeneration) for this long; after that the next crawler's request fills it (0: at once).
+    max_stale_seconds: float = 86400.0
     # Longer request targets are refused with 414 (nginx's large_client_header_buffers is 8 KB).
     max_target_chars: int = 8192
 
@@ -335,6 +338,7 @@ class CacheSettings:
         for site in self.sites:
             if not re.fullmatch(r"[a-z0-9_-]+", site):
                 _fail("cache.sites", site, "Each entry must be a profile name such as trac or wordpress.")
+        _require(self.max_stale_seconds >= 0, "cache.max_stale_seconds", self.max_stale_seconds, "Must be 0 or more.")
         _require(self.max_target_chars >= 256, "cache.max_target_chars", self.max_target_chars, "Must be at least 256.")
 
 

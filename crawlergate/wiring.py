@@ -15,6 +15,7 @@ from pathlib import Path
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
+from crawlergate.gate.dirty import DirtyIndex
 from crawlergate.gate.engine import GateCore
 from crawlergate.keys import KeyMaker
 from crawlergate.metrics import Metrics
@@ -23,6 +24,9 @@ from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.memory import MemoryStore
+
+# The dirty index lives beside the L2 pages (a name no page file can have).
+DIRTY_INDEX_FILE = "dirty.sqlite3"
 
 
 def build_core(
@@ -42,6 +46,7 @@ def build_core(
         cache=cache if cache is not None else build_cache(settings, Metrics()),
         classifier=classifier,
         keys=KeyMaker.from_settings(settings, profiles),
+        dirty=DirtyIndex(settings.cache_dir / DIRTY_INDEX_FILE, clock=clock),
         clock=clock,
     )
 

@@ -299,7 +299,7 @@ async def test_middleware_fifty_concurrent_misses_make_one_origin_request(
 async def test_middleware_origin_down_serves_stale_from_l2(
     make_gate: Callable[..., CrawlerGateMiddleware], site: Site
 ) -> None:
-    gate = make_gate(cache=CacheSettings(ttl_seconds=0.001))
+    gate = make_gate(cache=CacheSettings(ttl_seconds=0.001, max_stale_seconds=0))
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
         site.down = True
@@ -408,7 +408,7 @@ async def test_middleware_path_tricks_stay_inside_the_cache(
     l2 = tmp_path / "l2"
     for file in l2.rglob("*"):
         assert file.resolve().is_relative_to(l2.resolve())
-        assert file.is_dir() or file.name.endswith(".page")
+        assert file.is_dir() or file.name.endswith(".page") or file.name.startswith("dirty.sqlite3")
 
 
 async def test_middleware_stats_and_healthz(make_gate: Callable[..., CrawlerGateMiddleware]) -> None:
@@ -505,7 +505,7 @@ async def test_middleware_host_poisoning_does_not_change_the_stored_page(tmp_pat
 async def test_middleware_origin_timeout_is_504_or_stale(
     make_gate: Callable[..., CrawlerGateMiddleware], site: Site
 ) -> None:
-    gate = make_gate(cache=CacheSettings(fill_timeout_seconds=0.05, ttl_seconds=0.001))
+    gate = make_gate(cache=CacheSettings(fill_timeout_seconds=0.05, ttl_seconds=0.001, max_stale_seconds=0))
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
         site.delay_s = 1.0
@@ -577,7 +577,9 @@ async def test_middleware_half_page_is_never_stored_and_stale_beats_it(tmp_path:
     clock = [1000.0]
     gate = CrawlerGateMiddleware(
         _raw_site([whole, cut, short, cut]),
-        settings=Settings(l2=L2Settings(cache_dir=str(tmp_path)), cache=CacheSettings(ttl_seconds=10)),
+        settings=Settings(
+            l2=L2Settings(cache_dir=str(tmp_path)), cache=CacheSettings(ttl_seconds=10, max_stale_seconds=0)
+        ),
         clock=lambda: clock[0],
     )
     async with _client(gate) as client:
@@ -635,7 +637,9 @@ async def test_middleware_empty_200_never_replaces_a_stored_page(tmp_path: Path)
     clock = [1000.0]
     gate = CrawlerGateMiddleware(
         _raw_site([whole, empty]),
-        settings=Settings(l2=L2Settings(cache_dir=str(tmp_path)), cache=CacheSettings(ttl_seconds=10)),
+        settings=Settings(
+            l2=L2Settings(cache_dir=str(tmp_path)), cache=CacheSettings(ttl_seconds=10, max_stale_seconds=0)
+        ),
         clock=lambda: clock[0],
     )
     async with _client(gate) as client:

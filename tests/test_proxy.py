@@ -74,7 +74,7 @@ def _proxy(origin: str, tmp_path: Path, **server: object) -> ServerThread:
     settings = Settings(
         server=ServerSettings(origin=origin, **server),  # type: ignore[arg-type]
         l2=L2Settings(cache_dir=str(tmp_path / "l2")),
-        cache=CacheSettings(ttl_seconds=0.5),
+        cache=CacheSettings(ttl_seconds=0.5, max_stale_seconds=0),
     )
     return ServerThread(create_app(settings)).start()
 

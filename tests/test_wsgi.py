@@ -124,7 +124,9 @@ def test_wsgi_humans_pass_and_prefetch(wsgi_site: WsgiSite, tmp_path: Path) -> N
 
 
 def test_wsgi_origin_failure_serves_stale(wsgi_site: WsgiSite, tmp_path: Path) -> None:
-    gate = CrawlerGateWSGI(wsgi_site, settings=_settings(tmp_path, cache=CacheSettings(ttl_seconds=0.001)))
+    gate = CrawlerGateWSGI(
+        wsgi_site, settings=_settings(tmp_path, cache=CacheSettings(ttl_seconds=0.001, max_stale_seconds=0))
+    )
     with _client(gate) as client:
         client.get("/t/1", headers=GOOGLEBOT)
         wsgi_site.down = True

@@ -39,10 +39,12 @@ from crawlergate.page import Page
 from crawlergate.wiring import build_core
 
 
-async def _answer(page: Page, method: str, request: RequestHeaders, *, outcome: bytes) -> Response:
+async def _answer(
+    page: Page, method: str, request: RequestHeaders, *, outcome: bytes, now: float | None = None
+) -> Response:
     if len(page.body_gz) > INLINE_PAGE_BYTES // 4 and not accepts_gzip(request.accept_encoding):
-        return await anyio.to_thread.run_sync(lambda: page_response(page, method, request, outcome=outcome))
-    return page_response(page, method, request, outcome=outcome)
+        return await anyio.to_thread.run_sync(lambda: page_response(page, method, request, outcome=outcome, now=now))
+    return page_response(page, method, request, outcome=outcome, now=now)
 
 
 class CrawlerGateMiddleware:
@@ -95,9 +97,10 @@ class CrawlerGateMiddleware:
     def stats(self) -> dict[str, object]:
         return self.core.stats()
 
-    def mark_changed(self, url: str) -> int:
-        """Drop a page from the cache so the next crawler request refetches it; returns pages dropped."""
-        return self.core.mark_changed(url)
+    def mark_changed(self, url_or_pattern: str) -> int:
+        """Mark stored pages changed (a URL, or a pattern with ``*``): crawlers get the stored copy until it is
+        regenerated; returns the pages marked."""
+        return self.core.mark_changed(url_or_pattern)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -138,11 +141,10 @@ class CrawlerGateMiddleware:
         # memcached too (3,000 vs 5,000 hits/s, scripts/bench_gate.py): pymemcache spends ~100 µs of
         # Python per 17 KB get, which threads cannot overlap under the GIL. L2 reads the disk: a thread.
         found = self.cache.lookup_l1(key) or await anyio.to_thread.run_sync(self.cache.lookup_l2, key)
-        step = self.core.serve_or_fill(found)
+        step = self.core.serve_or_fill(key, found)
         if isinstance(step, Found):
-            await send_response(
-                send, await _answer(step.page, method, request, outcome=b"%s-hit" % step.level.encode())
-            )
+            hit = b"%s-hit" % step.level.encode()
+            await send_response(send, await _answer(step.page, method, request, outcome=hit, now=self.core.clock()))
             self.metrics.record_since("crawler", f"{step.level}-hit", started)
             return
         stale = step.stale

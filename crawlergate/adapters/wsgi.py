@@ -17,6 +17,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from crawlergate.admin.endpoints import MAX_BODY_BYTES
 from crawlergate.cache import Found, TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
@@ -83,8 +84,9 @@ class CrawlerGateWSGI:
         self.filler.close()
         self.core.close()
 
-    def mark_changed(self, url: str) -> int:
-        return self.core.mark_changed(url)
+    def mark_changed(self, url_or_pattern: str) -> int:
+        """Mark stored pages changed (see CrawlerGateMiddleware.mark_changed); returns the pages marked."""
+        return self.core.mark_changed(url_or_pattern)
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter()
@@ -97,7 +99,8 @@ class CrawlerGateWSGI:
         if decision.route is Route.PASS:
             return self._pass(environ, start_response, decision, started)
         if decision.route is Route.ADMIN:
-            response = self.admin.respond(environ.get("PATH_INFO", ""), method, environ.get("REMOTE_ADDR"), headers)
+            path, peer = environ.get("PATH_INFO", ""), environ.get("REMOTE_ADDR")
+            response = self.admin.respond(path, method, peer, headers, _admin_body(environ))
             return _respond(start_response, response)
         self.metrics.record_since("human", "pass", started)
         return _respond(start_response, plain_response(414, b"URI Too Long\n", outcome=b"pass"))
@@ -108,10 +111,11 @@ class CrawlerGateWSGI:
         key = decision.key
         assert key is not None
         method = environ["REQUEST_METHOD"]
-        step = self.core.serve_or_fill(self.cache.lookup(key))
+        step = self.core.serve_or_fill(key, self.cache.lookup(key))
         if isinstance(step, Found):
             self.metrics.record_since("crawler", f"{step.level}-hit", started)
-            served = page_response(step.page, method, decision.headers, outcome=b"%s-hit" % step.level.encode())
+            hit = b"%s-hit" % step.level.encode()
+            served = page_response(step.page, method, decision.headers, outcome=hit, now=self.core.clock())
             return _respond(start_response, served)
         client = self.core.client_address(
             environ.get("REMOTE_ADDR"), [(b"x-forwarded-for", environ.get("HTTP_X_FORWARDED_FOR", "").encode())]
@@ -176,6 +180,18 @@ class _Measured:
                 close()
         finally:
             self._on_close()
+
+
+def _admin_body(environ: WSGIEnvironment) -> bytes:
+    """A POST body for the admin endpoints, at most one byte past their limit (which they refuse)."""
+    if environ.get("REQUEST_METHOD") != "POST":
+        return b""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    body: bytes = environ["wsgi.input"].read(min(length, MAX_BODY_BYTES + 1)) if length > 0 else b""
+    return body
 
 
 def _respond(start_response: StartResponse, response: Response) -> list[bytes]:

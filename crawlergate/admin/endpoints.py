@@ -1,8 +1,10 @@
-"""The /_crawlergate/ endpoints: ``stats`` (JSON), ``metrics`` (Prometheus) and ``healthz``, ASGI and WSGI alike.
+"""The /_crawlergate/ endpoints: ``stats`` (JSON), ``metrics`` (Prometheus), ``healthz`` and ``invalidate``.
 
 ``healthz`` answers everyone. The others answer loopback clients (the client that a trusted proxy
 forwards for, not the proxy itself), and, when a token is configured, whoever presents
-``Authorization: Bearer <token>``.
+``Authorization: Bearer <token>``. ``invalidate`` changes what crawlers are served, so it always
+needs the token, from loopback too: ``POST`` a JSON body ``{"urls": [...], "patterns": [...]}``,
+get ``{"marked": N}``.
 """
 
 from __future__ import annotations
@@ -29,28 +31,48 @@ class AdminEndpoints:
         token: str,
         stats: Callable[[], dict[str, Any]],
         prometheus: Callable[[], str] | None = None,
+        invalidate: Callable[[list[str], list[str]], int] | None = None,
         trusted_proxies: Iterable[str] = (),
     ) -> None:
         self.prefix = prefix
         self._token = token.encode()
         self._stats = stats
         self._prometheus = prometheus
+        self._invalidate = invalidate
         self._trusted = TrustedProxies(trusted_proxies)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         client = scope.get("client")
-        await send_response(
-            send, self.respond(scope["path"], scope["method"], client[0] if client else None, scope["headers"])
-        )
+        body = b""
+        if scope["method"] == "POST":
+            while True:
+                message = await receive()
+                body += message.get("body", b"")
+                if len(body) > MAX_BODY_BYTES:
+                    await send_response(send, _json(413, {"error": f"the body is over {MAX_BODY_BYTES} bytes"}))
+                    return
+                if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                    break
+        answer = self.respond(scope["path"], scope["method"], client[0] if client else None, scope["headers"], body)
+        await send_response(send, answer)
 
     def respond(
-        self, path: str, method: str, client_host: str | None, headers: Iterable[tuple[bytes, bytes]]
+        self,
+        path: str,
+        method: str,
+        client_host: str | None,
+        headers: Iterable[tuple[bytes, bytes]],
+        body: bytes = b"",
     ) -> Response:
         name = path[len(self.prefix) :].strip("/")
+        if len(body) > MAX_BODY_BYTES:
+            return _json(413, {"error": f"the body is over {MAX_BODY_BYTES} bytes"})
         if name == "healthz":
             return _json(200, {"status": "ok"})
         if not self._allowed(client_host, headers):
             return _json(403, {"error": "admin endpoints answer loopback clients or a valid bearer token"})
+        if name == "invalidate" and self._invalidate is not None:
+            return self._invalidation(method, headers, body)
         if name in ("stats", "metrics") and method not in ("GET", "HEAD"):
             return _json(405, {"error": "use GET"}, extra=[(b"allow", b"GET, HEAD")])
         if name == "stats":
@@ -64,19 +86,50 @@ class AdminEndpoints:
                 (b"x-crawlergate", b"pass"),
             ]
             return 200, headers, text
-        return _json(404, {"error": f"no admin endpoint {name!r}", "endpoints": ["stats", "metrics", "healthz"]})
+        endpoints = ["stats", "metrics", "healthz", "invalidate"]
+        return _json(404, {"error": f"no admin endpoint {name!r}", "endpoints": endpoints})
+
+    def _invalidation(self, method: str, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> Response:
+        assert self._invalidate is not None
+        if method != "POST":
+            return _json(405, {"error": "use POST"}, extra=[(b"allow", b"POST")])
+        if not self._token:
+            return _json(403, {"error": "invalidate needs the setting admin.token (CRAWLERGATE_ADMIN_TOKEN)"})
+        if not self._has_token(headers):
+            return _json(401, {"error": "invalidate needs Authorization: Bearer <admin token>"}, extra=_CHALLENGE)
+        try:
+            request = json.loads(body or b"{}")
+        except ValueError:
+            return _json(400, {"error": 'the body must be JSON: {"urls": [...], "patterns": [...]}'})
+        urls = _strings(request.get("urls", []) if isinstance(request, dict) else None)
+        patterns = _strings(request.get("patterns", []) if isinstance(request, dict) else None)
+        if urls is None or patterns is None:
+            return _json(400, {"error": '"urls" and "patterns" must be lists of strings, e.g. {"urls": ["/t/1"]}'})
+        return _json(200, {"marked": self._invalidate(urls, patterns)})
 
     def _allowed(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> bool:
         # Behind an nginx on the same host every peer is loopback: the forwarded client is what counts.
-        client_host = self._trusted.client(peer, headers)
-        if _is_loopback(client_host):
-            return True
+        return _is_loopback(self._trusted.client(peer, headers)) or self._has_token(headers)
+
+    def _has_token(self, headers: Iterable[tuple[bytes, bytes]]) -> bool:
         if not self._token:
             return False
         for header, value in headers:
             if header == b"authorization" and value.startswith(b"Bearer "):
                 return hmac.compare_digest(value[7:].strip(), self._token)
         return False
+
+
+# The largest invalidate body read (about 10,000 URLs).
+MAX_BODY_BYTES = 1 << 20
+_CHALLENGE = [(b"www-authenticate", b"Bearer")]
+
+
+def _strings(value: object) -> list[str] | None:
+    """``value`` when it is a list of strings, else None."""
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return value
+    return None
 
 
 def _is_loopback(host: str | None) -> bool:

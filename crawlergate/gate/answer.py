@@ -30,9 +30,16 @@ SEND_PIECE_BYTES = 64 * 1024
 INLINE_PAGE_BYTES = 256 * 1024
 
 
-def page_response(page: Page, method: str, request: ConditionalHeaders, *, outcome: bytes) -> Response:
-    """Status, headers and body answering with ``page``, honouring encoding, validators and HEAD."""
+def page_response(
+    page: Page, method: str, request: ConditionalHeaders, *, outcome: bytes, now: float | None = None
+) -> Response:
+    """Status, headers and body answering with ``page``, honouring encoding, validators and HEAD.
+
+    ``now`` (a page served from the cache) adds its ``Age`` (RFC 9111 5.1): seconds since it was generated.
+    """
     headers = [*_page_headers(page.etag, page.last_modified, page.headers), (b"x-crawlergate", outcome)]
+    if now is not None:
+        headers.append((b"age", b"%d" % max(0, int(now - page.generated_at))))
     if page.status == 200 and _not_modified(page, request):
         return 304, headers, b""
     if accepts_gzip(request.accept_encoding):

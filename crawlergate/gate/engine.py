@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from crawlergate.admin.endpoints import AdminEndpoints
 from crawlergate.cache import Found, TwoLevelCache
@@ -23,6 +24,7 @@ from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
 from crawlergate.errors import OriginError, OriginTimeout
 from crawlergate.gate.answer import Response, page_response, plain_response
+from crawlergate.gate.dirty import DirtyIndex
 from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.gate.origin import OriginResponse, PageTooLarge, PublicSite
 from crawlergate.gate.storable import StoragePolicy, StoreVerdict
@@ -114,6 +116,7 @@ class GateCore:
         cache: the two cache levels; its metrics are the gate's.
         classifier: crawler or human.
         keys: URL to cache key, with the site profiles' rules.
+        dirty: the marks of changed pages, beside L2.
         clock: wall-clock time (page ages are persisted in L2), injectable for tests.
     """
 
@@ -124,6 +127,7 @@ class GateCore:
         cache: TwoLevelCache,
         classifier: Classifier,
         keys: KeyMaker,
+        dirty: DirtyIndex,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -131,6 +135,8 @@ class GateCore:
         self.cache = cache
         self.classifier = classifier
         self.keys = keys
+        self.dirty = dirty
+        self._max_stale_s = settings.cache.max_stale_seconds
         self.storage = StoragePolicy(settings.cache, self.keys)
         self.trusted = TrustedProxies(settings.server.trusted_proxies)
         self.clock = clock
@@ -139,6 +145,7 @@ class GateCore:
             token=settings.admin.token,
             stats=self.stats,
             prometheus=self.prometheus,
+            invalidate=self.invalidate,
             trusted_proxies=settings.server.trusted_proxies,
         )
         # The site fills ask for: the public address, else the origin's own (nginx's $proxy_host); None when
@@ -154,10 +161,12 @@ class GateCore:
         with self._start_lock:
             if not self._started:
                 self.cache.start()
+                self.dirty.start()
                 self._started = True
 
     def close(self) -> None:
         self.cache.close()
+        self.dirty.close()
 
     def decide(
         self, method: str, path: str, raw_path: bytes, query: bytes, headers: Iterable[tuple[bytes, bytes]]
@@ -193,11 +202,29 @@ class GateCore:
         key = decision.key
         return decision.route is Route.PASS and key is not None and status == 200 and self.cache.l2.contains(key.digest)
 
-    def serve_or_fill(self, found: Found | None) -> Found | Fill:
-        """A crawler's cached page to serve, or the instruction to fill its key (with the copy to fall back on)."""
-        if found is not None and not found.page.is_expired(self.clock()):
+    def serve_or_fill(self, key: CacheKey, found: Found | None) -> Found | Fill:
+        """A crawler's cached page to serve, or the instruction to fill its key (with the copy to fall back on).
+
+        FRESH: neither marked changed nor past its lifetime: served. DIRTY: marked changed, or past its
+        lifetime, for no longer than ``cache.max_stale_seconds``: still served, as the paper's crawlers
+        get the stored copy until the off-peak run regenerates it. Staler than that: filled now.
+        """
+        if found is None:
+            return Fill(None)
+        page = found.page
+        now = self.clock()
+        marked = self.dirty.dirty_since(key.digest)
+        if marked is None and not page.is_expired(now):
             return found
-        return Fill(found.page if found is not None else None)
+        stale_since = page.expires_at if marked is None else min(marked, page.expires_at)
+        if now - stale_since <= self._max_stale_s:
+            return found
+        return Fill(page)
+
+    def store(self, key: CacheKey, page: Page) -> None:
+        """Keep a filled page in both levels and in the catalogue of the dirty index (no longer dirty)."""
+        self.cache.store(key, page)
+        self.dirty.record_stored(key.digest, key.target)
 
     def judge_fill(self, key: CacheKey, response: OriginResponse) -> Page | Unstored:
         """The Page to store for a guest answer, or the answer with every reason it is not stored (counted)."""
@@ -211,6 +238,7 @@ class GateCore:
 
     def stats(self) -> dict[str, object]:
         data = self.metrics.snapshot()
+        data["dirty"] = self.dirty.dirty_count()
         data["l1"] = {"backend": type(self.cache.l1).__name__}
         data["l2"] = {"pages": len(self.cache.l2), "bytes": self.cache.l2.used_bytes}
         return data
@@ -220,14 +248,30 @@ class GateCore:
             {"crawlergate_l2_pages": len(self.cache.l2), "crawlergate_l2_bytes": self.cache.l2.used_bytes}
         )
 
-    def mark_changed(self, url: str) -> int:
-        """Drop a page from both levels so the next crawler request refetches it; returns pages dropped."""
+    def mark_changed(self, url_or_pattern: str, reason: str = "api") -> int:
+        """Mark stored pages changed: crawlers keep the stored copy until it is regenerated (or too stale).
+
+        ``url_or_pattern`` is a path with its query (``/showthread.php?t=12``), or a pattern where ``*``
+        matches any run of characters (``/showthread.php?t=12*``). Returns the pages marked.
+        """
+        if "*" in url_or_pattern:
+            return self.invalidate([], [url_or_pattern], reason)
+        return self.invalidate([url_or_pattern], [], reason)
+
+    def invalidate(self, urls: list[str], patterns: list[str], reason: str = "api") -> int:
+        """Mark the stored pages of ``urls`` and those matching ``patterns`` changed; returns how many, once each."""
+        digests = [key.digest for key in map(self.key_for_url, urls) if key is not None]
+        for pattern in patterns:
+            digests += self.dirty.matching(pattern)
+        return self.dirty.mark(digests, reason)
+
+    def key_for_url(self, url: str) -> CacheKey | None:
+        """The cache key of a path with its query (an absolute URL's host is ignored), as a request would have."""
+        if url.startswith(("http://", "https://")):
+            parts = urlsplit(url)
+            url = (parts.path or "/") + ("?" + parts.query if parts.query else "")
         raw_path, _, query = url.partition("?")
-        key = self.keys.key_for(raw_path.encode("utf-8", "surrogateescape"), query.encode("utf-8", "surrogateescape"))
-        if key is None:
-            return 0
-        self.cache.invalidate(key)
-        return 1
+        return self.keys.key_for(raw_path.encode("utf-8", "surrogateescape"), query.encode("utf-8", "surrogateescape"))
 
     def after_fill(
         self,
@@ -251,7 +295,7 @@ class GateCore:
         if result is None or any(result.has(reason) for reason in _FAILED_FILL):
             stale = stale or self.cache.stale_copy(key)
             if stale is not None:
-                return page_response(stale, method, request, outcome=b"stale"), "stale"
+                return page_response(stale, method, request, outcome=b"stale", now=self.clock()), "stale"
         if result is None or result.has("incomplete"):
             status = 504 if isinstance(error, OriginTimeout) else 502
             return plain_response(status, b"The site did not answer.\n", outcome=b"miss"), "error"

@@ -123,7 +123,7 @@ class Filler:
         else:
             judged = self.core.judge_fill(key, response)
         if isinstance(judged, Page):
-            await anyio.to_thread.run_sync(self.core.cache.store, key, judged)
+            await anyio.to_thread.run_sync(self.core.store, key, judged)
         return self._counted(judged)
 
     def _fetch_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> Page | Unstored:
@@ -135,7 +135,7 @@ class Filler:
             raise
         judged = self.core.judge_fill(key, response)
         if isinstance(judged, Page):
-            self.core.cache.store(key, judged)
+            self.core.store(key, judged)
         return self._counted(judged)
 
     def _count_failure(self, error: OriginError) -> None:

@@ -1,0 +1,205 @@
+"""The dirty index and what it changes: marked pages are served until regenerated, invalidate, restarts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
+
+from crawlergate.adapters.asgi import CrawlerGateMiddleware
+from crawlergate.adapters.wsgi import CrawlerGateWSGI
+from crawlergate.config import AdminSettings, CacheSettings, L2Settings, Settings
+from crawlergate.gate.dirty import DirtyIndex
+
+pytestmark = pytest.mark.anyio
+
+GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
+TOKEN = "s3cret-token"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Forum:
+    """A site whose thread pages change when a reply is posted."""
+
+    def __init__(self) -> None:
+        self.replies: dict[str, int] = {}
+        self.fetches = 0
+
+    def app(self) -> Starlette:
+        async def thread(request: Request) -> HTMLResponse:
+            self.fetches += 1
+            number = request.query_params.get("t", "0")
+            return HTMLResponse(f"<p>thread {number}, {self.replies.get(number, 0)} replies</p>")
+
+        return Starlette(routes=[Route("/showthread.php", thread)])
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[DirtyIndex]:
+    dirty = DirtyIndex(tmp_path / "dirty.sqlite3", refresh_s=0)
+    dirty.start()
+    yield dirty
+    dirty.close()
+
+
+def test_dirty_marks_are_idempotent_and_patterns_literal_but_star(index: DirtyIndex) -> None:
+    for target in ("/showthread.php?t=1", "/showthread.php?t=12", "/showthread.php?t=12&page=2", "/showthreadXphp"):
+        index.record_stored(target, target)  # the digest is the target here
+    assert index.mark(["/showthread.php?t=1", "/nowhere"], "api") == 1  # only pages the cache holds
+    first = index.dirty_since("/showthread.php?t=1")
+    assert first is not None
+    assert index.mark(["/showthread.php?t=1"], "write-rule") == 1 and index.dirty_since("/showthread.php?t=1") == first
+    # "?" and "." are themselves, "*" is any run: t=1* is t=1 and t=12..., never /showthreadXphp.
+    assert sorted(index.matching("/showthread.php?t=1*")) == [
+        "/showthread.php?t=1",
+        "/showthread.php?t=12",
+        "/showthread.php?t=12&page=2",
+    ]
+    assert index.matching("/showthread?php*") == [] and index.matching("/showthread.php?t=12") == [
+        "/showthread.php?t=12"
+    ]
+    index.record_stored("/showthread.php?t=1", "/showthread.php?t=1")  # regenerated: clean again
+    assert index.dirty_since("/showthread.php?t=1") is None and index.dirty_count() == 0
+
+
+def test_dirty_marks_survive_a_restart_and_reach_other_processes(tmp_path: Path) -> None:
+    path = tmp_path / "dirty.sqlite3"
+    worker_a, worker_b = DirtyIndex(path, refresh_s=0), DirtyIndex(path, refresh_s=0)
+    worker_a.start()
+    worker_b.start()
+    worker_a.record_stored("d1", "/t/1")
+    worker_a.record_stored("d2", "/t/2")
+    assert worker_b.dirty_since("d1") is None
+    worker_a.mark(["d1"], "api")
+    assert worker_b.dirty_since("d1") is not None  # the other worker sees it
+    worker_b.record_stored("d1", "/t/1")
+    assert worker_a.dirty_since("d1") is None  # and its regeneration is seen back
+    worker_b.mark(["d2"], "purge")
+    worker_a.close()
+    worker_b.close()
+    restarted = DirtyIndex(path)
+    restarted.start()
+    assert restarted.dirty_since("d2") is not None and restarted.dirty_since("d1") is None
+    restarted.close()
+
+
+def test_dirty_index_in_an_unusable_folder_is_a_config_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(Exception, match="not usable"):
+        DirtyIndex(blocker / "dirty.sqlite3").start()
+
+
+def _gate(forum: Forum, tmp_path: Path, clock: Clock, **cache: float) -> CrawlerGateMiddleware:
+    settings = Settings(
+        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
+        cache=CacheSettings(**cache),  # type: ignore[arg-type]
+        admin=AdminSettings(token=TOKEN),
+    )
+    return CrawlerGateMiddleware(forum.app(), settings=settings, clock=clock)
+
+
+def _client(gate: CrawlerGateMiddleware) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://forum.test")
+
+
+async def test_dirty_page_is_served_until_regenerated_then_filled_past_max_stale(tmp_path: Path) -> None:
+    forum, clock = Forum(), Clock()
+    gate = _gate(forum, tmp_path, clock, max_stale_seconds=3600)
+    async with _client(gate) as client:
+        first = await client.get("/showthread.php?t=7", headers=GOOGLEBOT)
+        forum.replies["7"] = 1  # a person replied
+        assert gate.mark_changed("/showthread.php?t=7") == 1
+        clock.now += 600
+        served = await client.get("/showthread.php?t=7", headers=GOOGLEBOT)
+        assert served.headers["x-crawlergate"] == "l1-hit" and served.text == first.text  # the stored copy
+        assert int(served.headers["age"]) >= 600 and forum.fetches == 1
+        assert gate.stats()["dirty"] == 1
+        clock.now += 3601  # staler than max_stale_seconds: the next crawler's request fills it
+        fresh = await client.get("/showthread.php?t=7", headers=GOOGLEBOT)
+        assert fresh.headers["x-crawlergate"] == "miss" and "1 replies" in fresh.text
+        assert gate.stats()["dirty"] == 0
+    gate.core.close()
+
+
+async def test_dirty_expired_page_is_served_within_max_stale(tmp_path: Path) -> None:
+    forum, clock = Forum(), Clock()
+    gate = _gate(forum, tmp_path, clock, ttl_seconds=60, max_stale_seconds=600)
+    async with _client(gate) as client:
+        await client.get("/showthread.php?t=1", headers=GOOGLEBOT)
+        clock.now += 300  # past its lifetime, within max_stale: served, not refetched at peak
+        assert (await client.get("/showthread.php?t=1", headers=GOOGLEBOT)).headers["x-crawlergate"] == "l1-hit"
+        clock.now += 400
+        assert (await client.get("/showthread.php?t=1", headers=GOOGLEBOT)).headers["x-crawlergate"] == "miss"
+    assert forum.fetches == 2
+    gate.core.close()
+
+
+async def test_invalidate_needs_the_token_and_marks_urls_and_patterns(tmp_path: Path) -> None:
+    forum, clock = Forum(), Clock()
+    gate = _gate(forum, tmp_path, clock)
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    async with _client(gate) as client:
+        for number in ("1", "12", "13", "2"):
+            await client.get(f"/showthread.php?t={number}", headers=GOOGLEBOT)
+        body = {"urls": ["https://forum.example.org/showthread.php?t=2"], "patterns": ["/showthread.php?t=1*"]}
+        refused = await client.post("/_crawlergate/invalidate", json=body)
+        wrong = await client.post("/_crawlergate/invalidate", json=body, headers={"authorization": "Bearer nope"})
+        assert refused.status_code == wrong.status_code == 401
+        assert refused.headers["www-authenticate"] == "Bearer" and gate.stats()["dirty"] == 0
+        marked = await client.post("/_crawlergate/invalidate", json=body, headers=bearer)
+        assert marked.status_code == 200 and marked.json() == {"marked": 4}
+        again = await client.post("/_crawlergate/invalidate", json={"urls": ["/showthread.php?t=2"]}, headers=bearer)
+        assert again.json() == {"marked": 1}  # idempotent: still one page
+        bad = await client.post("/_crawlergate/invalidate", content=b"{not json", headers=bearer)
+        wrong_shape = await client.post("/_crawlergate/invalidate", json={"urls": "/t/1"}, headers=bearer)
+        get = await client.get("/_crawlergate/invalidate", headers=bearer)
+        assert (bad.status_code, wrong_shape.status_code, get.status_code) == (400, 400, 405)
+    assert gate.stats()["dirty"] == 4
+    gate.core.close()
+
+
+async def test_invalidate_without_a_configured_token_is_refused_even_from_loopback(tmp_path: Path) -> None:
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")))
+    gate = CrawlerGateMiddleware(Forum().app(), settings=settings)
+    transport = httpx.ASGITransport(app=gate, client=("127.0.0.1", 5000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://forum.test") as client:
+        answer = await client.post("/_crawlergate/invalidate", json={"urls": ["/t/1"]})
+    assert answer.status_code == 403 and "admin.token" in answer.json()["error"]
+    gate.core.close()
+
+
+def test_invalidate_through_the_wsgi_gate_and_marks_seen_after_a_restart(tmp_path: Path) -> None:
+    def site(environ, start_response):  # type: ignore[no-untyped-def]
+        start_response("200 OK", [("Content-Type", "text/html")])
+        return [b"<p>page</p>"]
+
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), admin=AdminSettings(token=TOKEN))
+    gate = CrawlerGateWSGI(site, settings=settings)
+    with httpx.Client(transport=httpx.WSGITransport(app=gate), base_url="http://forum.test") as client:
+        client.get("/t/1", headers=GOOGLEBOT)
+        answer = client.post(
+            "/_crawlergate/invalidate",
+            content=json.dumps({"patterns": ["/t/*"]}),
+            headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
+        )
+    assert answer.json() == {"marked": 1}
+    gate.close()
+    restarted = CrawlerGateWSGI(site, settings=settings)
+    restarted.start()
+    assert restarted.core.stats()["dirty"] == 1
+    restarted.close()
