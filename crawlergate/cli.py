@@ -156,6 +156,21 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument("--prefix", default="/_crawlergate", help="the admin prefix (admin.prefix)")
     stats.set_defaults(handler=_run_stats)
 
+    invalidate = commands.add_parser(
+        "invalidate",
+        help="mark pages changed on a running gate (served until regenerated)",
+        description="Mark stored pages changed on a running gate: crawlers keep getting the stored copy until it "
+        "is regenerated. Needs the admin token (CRAWLERGATE_ADMIN_TOKEN or --token).",
+    )
+    invalidate.add_argument("urls", nargs="*", metavar="URL", help="a page, as /path?query or a full URL")
+    invalidate.add_argument(
+        "--pattern", action="append", default=[], help="pages whose /path?query matches; * is any run (repeatable)"
+    )
+    invalidate.add_argument("--url", dest="gate", required=True, help="the gate's base URL, e.g. http://127.0.0.1:8080")
+    invalidate.add_argument("--token", default=os.environ.get("CRAWLERGATE_ADMIN_TOKEN", ""), help="admin bearer token")
+    invalidate.add_argument("--prefix", default="/_crawlergate", help="the admin prefix (admin.prefix)")
+    invalidate.set_defaults(handler=_run_invalidate)
+
     simulate = commands.add_parser(
         "simulate",
         help="simulate L1 cache policies over an access log, to size memcached",
@@ -375,6 +390,29 @@ def _run_stats(args: argparse.Namespace) -> int:
             return EXIT_OK
         time.sleep(args.watch)
         print()
+
+
+def _run_invalidate(args: argparse.Namespace) -> int:
+    import httpx
+
+    if not args.urls and not args.pattern:
+        raise CrawlerGateError("Give the pages to mark: URL arguments, --pattern P, or both.")
+    if not args.token:
+        raise CrawlerGateError("invalidate needs the gate's admin token: set CRAWLERGATE_ADMIN_TOKEN or give --token.")
+    url = args.gate.rstrip("/") + args.prefix + "/invalidate"
+    try:
+        response = httpx.post(
+            url,
+            json={"urls": args.urls, "patterns": args.pattern},
+            headers={"authorization": f"Bearer {args.token}"},
+            timeout=30,
+        )
+    except httpx.HTTPError as exc:
+        raise CrawlerGateError(f"Cannot reach {url}: {exc}.") from None
+    if response.status_code != 200:
+        raise CrawlerGateError(f"{url} answered {response.status_code}: {response.text.strip()[:200]}")
+    print(f"marked {response.json()['marked']:,} page(s) changed")
+    return EXIT_OK
 
 
 def _format_stats(data: dict[str, Any]) -> str:

@@ -15,8 +15,10 @@ from starlette.routing import Route
 
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.adapters.wsgi import CrawlerGateWSGI
+from crawlergate.cli import main
 from crawlergate.config import AdminSettings, CacheSettings, L2Settings, Settings
 from crawlergate.gate.dirty import DirtyIndex
+from tests.conftest import ServerThread
 
 pytestmark = pytest.mark.anyio
 
@@ -203,3 +205,22 @@ def test_invalidate_through_the_wsgi_gate_and_marks_seen_after_a_restart(tmp_pat
     restarted.start()
     assert restarted.core.stats()["dirty"] == 1
     restarted.close()
+
+
+def test_invalidate_command_marks_pages_on_a_running_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), admin=AdminSettings(token=TOKEN))
+    gate = CrawlerGateMiddleware(Forum().app(), settings=settings)
+    server = ServerThread(gate).start()
+    try:
+        httpx.get(f"{server.url}/showthread.php?t=3", headers=GOOGLEBOT)
+        monkeypatch.delenv("CRAWLERGATE_ADMIN_TOKEN", raising=False)
+        assert main(["invalidate", "/showthread.php?t=3", "--url", server.url]) != 0
+        assert "admin token" in capsys.readouterr().err
+        argv = ["invalidate", "/showthread.php?t=3", "--pattern", "/showthread.php*", "--url", server.url]
+        assert main([*argv, "--token", TOKEN]) == 0
+        assert "marked 1 page(s) changed" in capsys.readouterr().out
+        assert main([*argv, "--token", "wrong"]) != 0 and "401" in capsys.readouterr().err
+    finally:
+        server.stop()
