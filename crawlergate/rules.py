@@ -233,6 +233,21 @@ class SiteProfile:
     keep_params: dict[str, frozenset[str]]
     session_cookies: tuple[str, ...]
     exclude_params: tuple[str, ...] = ()
+    writes: tuple[WriteRule, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRule:
+    """An unsafe request that, when it succeeds, changes these pages (``[[write]]`` in a site profile).
+
+    ``path`` is the request's path, where ``{name}`` captures one path segment; ``marks`` are pages
+    (``/showthread.php?t={t}``) or patterns with ``*``, whose ``{name}`` come from the path's captures,
+    the query string or the request's form fields.
+    """
+
+    methods: frozenset[str]
+    path: str
+    marks: tuple[str, ...]
 
 
 def load_cache_rules(path: Path, profiles: Sequence[SiteProfile] = ()) -> CacheRules:
@@ -288,10 +303,11 @@ def load_site_profiles(rules_dir: str, names: Sequence[str]) -> list[SiteProfile
 
 def load_site_profile(path: Path) -> SiteProfile:
     data, where = _read_toml_rules(path, "Site profile")
-    unknown = set(data) - {"site", "paths", "query", "cookies"}
+    unknown = set(data) - {"site", "paths", "query", "cookies", "write"}
     if unknown:
         raise ConfigError(
-            f"{where.of(min(unknown))}: unknown table '{min(unknown)}'; use [site], [paths], [query] and [cookies]."
+            f"{where.of(min(unknown))}: unknown table '{min(unknown)}'; "
+            "use [site], [paths], [query], [cookies] and [[write]]."
         )
     site = _table(data, "site", {"name", "notes"}, where)
     paths = _table(data, "paths", {"exclude"}, where)
@@ -310,7 +326,29 @@ def load_site_profile(path: Path) -> SiteProfile:
         keep_params=_keep_params(query, where),
         session_cookies=tuple(_raw_strings(cookies, "session", where)),
         exclude_params=tuple(_raw_strings(query, "exclude", where)),
+        writes=tuple(_write_rule(entry, where) for entry in _tables(data, "write", where)),
     )
+
+
+_UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _write_rule(entry: dict[str, Any], where: _Locator) -> WriteRule:
+    extra = set(entry) - {"methods", "path", "marks"}
+    if extra:
+        raise ConfigError(
+            f"{where.of(min(extra))}: [[write]] has unknown key '{min(extra)}'; use methods, path, marks."
+        )
+    path = entry.get("path")
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ConfigError(f'{where.of("[[write]]")}: every [[write]] needs path = "/..." (the request\'s path).')
+    methods = frozenset(method.upper() for method in _raw_strings(entry, "methods", where)) or _UNSAFE_METHODS
+    if not methods <= _UNSAFE_METHODS:
+        raise ConfigError(f"{where.of(path)}: [[write]] methods must be among {', '.join(sorted(_UNSAFE_METHODS))}.")
+    marks = tuple(_raw_strings(entry, "marks", where))
+    if not marks or not all(mark.startswith("/") for mark in marks):
+        raise ConfigError(f'{where.of(path)}: [[write]] needs marks = ["/page", ...], each starting with /.')
+    return WriteRule(methods=methods, path=path, marks=marks)
 
 
 def _read_toml_rules(path: Path, what: str) -> tuple[dict[str, Any], _Locator]:

@@ -17,6 +17,7 @@ from crawlergate.classify import Classifier
 from crawlergate.config import Settings
 from crawlergate.gate.dirty import DirtyIndex
 from crawlergate.gate.engine import GateCore
+from crawlergate.gate.writes import WriteRules
 from crawlergate.keys import KeyMaker
 from crawlergate.metrics import Metrics
 from crawlergate.rules import load_site_profiles
@@ -47,6 +48,7 @@ def build_core(
         classifier=classifier,
         keys=KeyMaker.from_settings(settings, profiles),
         dirty=DirtyIndex(settings.cache_dir / DIRTY_INDEX_FILE, clock=clock),
+        writes=WriteRules(rule for profile in profiles for rule in profile.writes),
         clock=clock,
     )
 

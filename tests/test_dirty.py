@@ -17,6 +17,8 @@ from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.adapters.wsgi import CrawlerGateWSGI
 from crawlergate.cli import main
 from crawlergate.config import AdminSettings, CacheSettings, L2Settings, Settings
+from crawlergate.demo.forum import create_forum
+from crawlergate.demo.seed import seed_database
 from crawlergate.gate.dirty import DirtyIndex
 from tests.conftest import ServerThread
 
@@ -224,3 +226,31 @@ def test_invalidate_command_marks_pages_on_a_running_gate(
         assert main([*argv, "--token", "wrong"]) != 0 and "401" in capsys.readouterr().err
     finally:
         server.stop()
+
+
+async def test_write_rule_a_reply_marks_its_thread_and_crawlers_keep_the_stored_copy(tmp_path: Path) -> None:
+    db = tmp_path / "forum.sqlite3"
+    seed_database(db, threads=50, seed=3)
+    forum = create_forum(db, threads=50, seed=3, work_ms=0.1, rounds_per_ms=100)
+    clock = Clock()
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), cache=CacheSettings(sites=("demo-forum",)))
+    gate = CrawlerGateMiddleware(forum, settings=settings, clock=clock)
+    async with _client(gate) as crawler, _client(gate) as person:
+        stored = await crawler.get("/showthread.php?t=5", headers=GOOGLEBOT)
+        other = await crawler.get("/showthread.php?t=50", headers=GOOGLEBOT)  # t=5* would wrongly take it
+        await crawler.get("/", headers=GOOGLEBOT)
+        await person.post("/login", data={"member": "4"})
+        reply = await person.post("/newreply.php", data={"t": "5"})
+        assert reply.status_code == 303 and reply.headers["x-crawlergate"] == "pass"
+        await gate.drain()  # the marks are written off the request path
+        assert gate.stats()["dirty"] == 2  # the thread and the front page (no forum listing was stored)
+        clock.now += 120
+        again = await crawler.get("/showthread.php?t=5", headers=GOOGLEBOT)
+        assert again.headers["x-crawlergate"] == "l1-hit" and again.text == stored.text
+        assert int(again.headers["age"]) >= 120
+        assert gate.core.dirty.dirty_since(gate.core.key_for_url("/showthread.php?t=50").digest) is None  # type: ignore[union-attr]
+        refused = await crawler.post("/newreply.php", data={"t": "7"})  # a guest's reply fails: nothing marked
+        await gate.drain()
+        assert refused.status_code == 403 and gate.stats()["dirty"] == 2
+    assert other.status_code == 200
+    gate.core.close()

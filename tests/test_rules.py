@@ -71,13 +71,15 @@ def test_rules_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 def test_rules_every_shipped_site_profile_loads() -> None:
     names = sorted(path.stem for path in site_profiles_dir("").glob("*.toml"))
-    assert names == ["discourse", "django", "mediawiki", "phpbb", "trac", "wordpress"]
+    assert names == ["demo-forum", "discourse", "django", "mediawiki", "phpbb", "trac", "wordpress"]
     for profile in load_site_profiles("", names):
-        assert profile.title and profile.notes and profile.exclude and profile.session_cookies
+        assert profile.title and profile.notes
+        # A real application's profile says what it excludes and its sessions; the demo forum's, its writes.
+        assert (profile.exclude and profile.session_cookies) or (profile.name == "demo-forum" and profile.writes)
 
 
 def test_rules_unknown_site_profile_lists_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match="'drupal', which is no site profile. Known: discourse, django"):
+    with pytest.raises(ConfigError, match="'drupal', which is no site profile. Known: demo-forum, discourse, django"):
         load_site_profiles("", ["drupal"])
 
 
@@ -86,3 +88,24 @@ def test_rules_broken_site_profile_names_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "sites" / "mine.toml").write_text('[site]\nname = "Mine"\n\n[cookies]\nsession = "sid"\n')
     with pytest.raises(ConfigError, match=r"mine.toml:5: 'session' must be a list"):
         load_site_profiles(str(tmp_path), ["mine"])
+
+
+def test_rules_write_rules_are_checked_and_filled_safely(tmp_path: Path) -> None:
+    from crawlergate.gate.writes import WriteRules
+    from crawlergate.rules import load_site_profile
+
+    profile = tmp_path / "site.toml"
+    profile.write_text('[[write]]\npath = "/t/{id}/reply"\nmarks = ["/t/{id}", "/t/{id}?*", "/f/{forum}*", "/"]\n')
+    rules = WriteRules(load_site_profile(profile).writes)
+    assert rules.marks("POST", "/t/42/reply", b"forum=3") == (["/t/42", "/"], ["/t/42?*", "/f/3*"])
+    assert rules.marks("GET", "/t/42/reply", b"") == ([], []) and rules.marks("PUT", "/t/42/x", b"") == ([], [])
+    # A visitor's value is percent-encoded: "*" cannot widen a pattern; a missing value skips its mark.
+    assert rules.marks("POST", "/t/*/reply", b"") == (["/t/%2A", "/"], ["/t/%2A?*"])
+    for bad, message in (
+        ('[[write]]\nmarks = ["/"]\n', "needs path"),
+        ('[[write]]\npath = "/x"\nmethods = ["GET"]\nmarks = ["/"]\n', "methods must be among"),
+        ('[[write]]\npath = "/x"\nmarks = ["x"]\n', "each starting with /"),
+    ):
+        profile.write_text(bad)
+        with pytest.raises(ConfigError, match=message):
+            load_site_profile(profile)

@@ -31,9 +31,10 @@ from crawlergate.gate.answer import (
     plain_response,
     send_response,
 )
-from crawlergate.gate.engine import Decision, RequestHeaders, Route, Unstored
+from crawlergate.gate.engine import Decision, GateCore, RequestHeaders, Route, Unstored
 from crawlergate.gate.fill import Filler
 from crawlergate.gate.origin import AsgiOrigin, OriginResponse, PublicSite
+from crawlergate.gate.writes import FORM_BYTES, form_fields
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
 from crawlergate.wiring import build_core
@@ -118,6 +119,10 @@ class CrawlerGateMiddleware:
         if route is Route.CRAWLER:
             await self._serve_crawler(scope, receive, send, decision, started)
         elif route is Route.PASS:
+            method: str = scope["method"]
+            if method in self.core.writes.methods:
+                await self._pass_write(scope, receive, send, decision.kind, started)
+                return
             status = await self._pass(scope, receive, send, decision.kind, started)
             key = decision.key
             # Most human views are of pages L1 already holds: with the embedded L1 that is settled inline.
@@ -194,6 +199,19 @@ class CrawlerGateMiddleware:
         await self.app(scope, receive, send_marked)
         return status
 
+    async def _pass_write(self, scope: Scope, receive: Receive, send: Send, kind: str, started: float) -> None:
+        """Pass an unsafe request on; when it succeeded, mark the pages the write rules say it changed."""
+        method, path = scope["method"], scope["path"]
+        form: bytearray | None = None
+        if self.core.writes.wants_form(method, path) and _is_form(scope["headers"]):
+            form = bytearray()
+            receive = _teed(receive, form)
+        status = await self._pass(scope, receive, send, kind, started)
+        if 200 <= status < 400:
+            fields = form_fields(bytes(form)) if form is not None else None
+            query: bytes = scope.get("query_string", b"")
+            self._in_background(_marked_after_write(self.core, method, path, query, fields))
+
     async def _prefetch(self, key: CacheKey) -> None:
         await anyio.to_thread.run_sync(self.cache.prefetch, key)
 
@@ -213,3 +231,28 @@ class CrawlerGateMiddleware:
             return message
 
         return wrapped
+
+
+async def _marked_after_write(
+    core: GateCore, method: str, path: str, query: bytes, form: dict[str, str] | None
+) -> None:
+    await anyio.to_thread.run_sync(core.after_write, method, path, query, form)
+
+
+def _is_form(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(
+        name == b"content-type" and value.lower().startswith(b"application/x-www-form-urlencoded")
+        for name, value in headers
+    )
+
+
+def _teed(receive: Receive, copy: bytearray) -> Receive:
+    """``receive`` that also keeps the first FORM_BYTES of the request body in ``copy``."""
+
+    async def teeing() -> Message:
+        message = await receive()
+        if message["type"] == "http.request" and len(copy) < FORM_BYTES:
+            copy.extend(message.get("body", b"")[: FORM_BYTES - len(copy)])
+        return message
+
+    return teeing

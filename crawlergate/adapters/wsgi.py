@@ -25,6 +25,7 @@ from crawlergate.gate.answer import Response, page_response, plain_response
 from crawlergate.gate.engine import Decision, Route
 from crawlergate.gate.fill import Filler
 from crawlergate.gate.origin import PublicSite, WsgiOrigin
+from crawlergate.gate.writes import FORM_BYTES, form_fields
 from crawlergate.wiring import build_core
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class CrawlerGateWSGI:
         self.admin = self.core.admin
         self.filler = Filler(self.core)
         self._prefetcher = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="crawlergate-prefetch")
-        self._pending: set[Future[bool]] = set()
+        self._pending: set[Future[object]] = set()
 
     def start(self) -> None:
         self.core.start()
@@ -144,15 +145,52 @@ class CrawlerGateWSGI:
             status_code = int(status.split(" ", 1)[0])
             return start_response(status, [*headers, ("X-Crawlergate", "pass")], exc_info)
 
+        method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/") or "/"
+        form: _TeedInput | None = None
+        is_form = environ.get("CONTENT_TYPE", "").lower().startswith("application/x-www-form-urlencoded")
+        if is_form and method in self.core.writes.methods and self.core.writes.wants_form(method, path):
+            form = environ["wsgi.input"] = _TeedInput(environ["wsgi.input"])
         body = self.app(environ, start_marked)
 
         def after_close() -> None:
             if decision.key is not None and self.core.should_prefetch(decision, status_code):
-                future = self._prefetcher.submit(self.cache.prefetch, decision.key)
-                self._pending.add(future)
-                future.add_done_callback(self._pending.discard)
+                self._in_background(self.cache.prefetch, decision.key)
+            elif method in self.core.writes.methods and 200 <= status_code < 400:
+                fields = form_fields(bytes(form.copy)) if form is not None else None
+                query = environ.get("QUERY_STRING", "").encode("latin-1")
+                self._in_background(self.core.after_write, method, path, query, fields)
 
         return _Measured(body, lambda: self.metrics.record_since(decision.kind, "pass", started), after_close)
+
+    def _in_background(self, work: Callable[..., object], *args: Any) -> None:
+        future = self._prefetcher.submit(work, *args)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+
+
+class _TeedInput:
+    """``wsgi.input`` that also keeps the first FORM_BYTES the application reads."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.copy = bytearray()
+
+    def _kept(self, data: bytes) -> bytes:
+        if len(self.copy) < FORM_BYTES:
+            self.copy.extend(data[: FORM_BYTES - len(self.copy)])
+        return data
+
+    def read(self, *args: Any) -> bytes:
+        return self._kept(self._stream.read(*args))
+
+    def readline(self, *args: Any) -> bytes:
+        return self._kept(self._stream.readline(*args))
+
+    def readlines(self, *args: Any) -> list[bytes]:
+        return [self._kept(line) for line in self._stream.readlines(*args)]
+
+    def __iter__(self) -> Iterator[bytes]:
+        return (self._kept(line) for line in self._stream)
 
 
 class _Measured:

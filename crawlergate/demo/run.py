@@ -10,6 +10,7 @@ report. ``--serve`` leaves both running for a person to browse.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import signal
@@ -48,6 +49,9 @@ from crawlergate.tools.replay import (
 WARMING_AGENT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 # The open-loop latency phase offers the forum this share of the throughput it reached on its own.
 LATENCY_LOAD = 0.75
+
+# The demo forum's site profile (rules/sites/demo-forum.toml): its write rules.
+DEMO_SITE_PROFILE = "demo-forum"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +110,10 @@ def running_experiment(spec: DemoSpec, settings: Settings, folder: Path | None) 
         _wait_for(forum_port, processes[-1], folder / "forum.err")
         gate_command = ["serve", "--origin", f"http://127.0.0.1:{forum_port}", "--port", str(gate_port)]
         gate_command += ["--cache-dir", str(folder / "l2")]
-        # The gate runs on the demo's own settings (its --config and CRAWLERGATE_* included), whole.
-        processes.append(_start(gate_command, folder / "gate.err", settings.to_environ()))
+        # The gate runs on the demo's own settings (its --config and CRAWLERGATE_* included), whole, with
+        # the forum's write rules: a reply marks its thread changed.
+        gate_settings = _with_site(settings, DEMO_SITE_PROFILE)
+        processes.append(_start(gate_command, folder / "gate.err", gate_settings.to_environ()))
         _wait_for(gate_port, processes[-1], folder / "gate.err")
         forum, gate = f"http://127.0.0.1:{forum_port}", f"http://127.0.0.1:{gate_port}"
         say(f"forum on {forum}, crawlergate on {gate}")
@@ -228,6 +234,14 @@ def _warming_requests(db: Path) -> list[ReplayRequest]:
         for page in range(1, pages + 1)
     ]
     return [ReplayRequest("GET", target, WARMING_AGENT, "crawler", 0.0) for target in targets]
+
+
+def _with_site(settings: Settings, profile: str) -> Settings:
+    if profile in settings.cache.sites:
+        return settings
+    return dataclasses.replace(
+        settings, cache=dataclasses.replace(settings.cache, sites=(*settings.cache.sites, profile))
+    )
 
 
 def _start(arguments: list[str], errors: Path, settings: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:

@@ -28,6 +28,7 @@ from crawlergate.gate.dirty import DirtyIndex
 from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.gate.origin import OriginResponse, PageTooLarge, PublicSite
 from crawlergate.gate.storable import StoragePolicy, StoreVerdict
+from crawlergate.gate.writes import WriteRules
 from crawlergate.keys import CacheKey, KeyMaker
 from crawlergate.page import Page
 
@@ -117,6 +118,7 @@ class GateCore:
         classifier: crawler or human.
         keys: URL to cache key, with the site profiles' rules.
         dirty: the marks of changed pages, beside L2.
+        writes: the write rules: the pages a successful unsafe request changes.
         clock: wall-clock time (page ages are persisted in L2), injectable for tests.
     """
 
@@ -128,6 +130,7 @@ class GateCore:
         classifier: Classifier,
         keys: KeyMaker,
         dirty: DirtyIndex,
+        writes: WriteRules | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -136,6 +139,7 @@ class GateCore:
         self.classifier = classifier
         self.keys = keys
         self.dirty = dirty
+        self.writes = writes or WriteRules(())
         self._max_stale_s = settings.cache.max_stale_seconds
         self.storage = StoragePolicy(settings.cache, self.keys)
         self.trusted = TrustedProxies(settings.server.trusted_proxies)
@@ -264,6 +268,11 @@ class GateCore:
         for pattern in patterns:
             digests += self.dirty.matching(pattern)
         return self.dirty.mark(digests, reason)
+
+    def after_write(self, method: str, path: str, query: bytes, form: dict[str, str] | None) -> int:
+        """Mark the pages a successful unsafe request changed, by the write rules; returns how many."""
+        urls, patterns = self.writes.marks(method, path, query, form)
+        return self.invalidate(urls, patterns, "write-rule") if urls or patterns else 0
 
     def key_for_url(self, url: str) -> CacheKey | None:
         """The cache key of a path with its query (an absolute URL's host is ignored), as a request would have."""
