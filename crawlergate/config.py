@@ -349,10 +349,18 @@ class AdminSettings:
     prefix: str = "/_crawlergate"
     # Empty: admin endpoints answer loopback clients only.
     token: str = ""
+    # Addresses or networks whose HTTP PURGE requests mark pages changed (MediaWiki's $wgCdnServers,
+    # WordPress's Proxy Cache Purge, Drupal's purge module send them). Others get 403.
+    purgers: tuple[str, ...] = ("127.0.0.1", "::1")
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"(/[A-Za-z0-9._~-]+)+", self.prefix):
             _fail("admin.prefix", self.prefix, "Must be a path such as /_crawlergate, without a trailing slash.")
+        for purger in self.purgers:
+            try:
+                ipaddress.ip_network(purger, strict=False)
+            except ValueError:
+                _fail("admin.purgers", purger, "Each entry must be an IP address or network, e.g. 10.0.0.5.")
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -253,4 +254,59 @@ async def test_write_rule_a_reply_marks_its_thread_and_crawlers_keep_the_stored_
         await gate.drain()
         assert refused.status_code == 403 and gate.stats()["dirty"] == 2
     assert other.status_code == 200
+    gate.core.close()
+
+
+def _exchange_raw(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        raw.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = raw.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        return answer
+
+
+def test_purge_requests_as_mediawiki_and_wordpress_send_them(tmp_path: Path) -> None:
+    async def page(request: Request) -> HTMLResponse:
+        return HTMLResponse(f"<p>{request.url.path}</p>")
+
+    site = Starlette(routes=[Route("/{path:path}", page)])
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")))
+    gate = CrawlerGateMiddleware(site, settings=settings)
+    server = ServerThread(gate).start()
+    try:
+        for path in ("/wiki/Main_Page", "/wiki/Other", "/2026/11/hello-world/", "/2026/11/second/", "/about/"):
+            httpx.get(server.url + path, headers=GOOGLEBOT)
+        # MediaWiki's SquidPurgeClient: HTTP/1.0, the absolute URL as the request target.
+        mediawiki = _exchange_raw(
+            server.port,
+            b"PURGE http://wiki.example.org/wiki/Main_Page HTTP/1.0\r\nConnection: Keep-Alive\r\n"
+            b"Proxy-Connection: Keep-Alive\r\nUser-Agent: MediaWiki/1.39.6 SquidPurgeClient\r\n"
+            b"Host: wiki.example.org\r\n\r\n",
+        )
+        assert mediawiki.startswith(b"HTTP/1.1 200 ") and mediawiki.endswith(b'{"marked": 1}')
+        # WordPress Proxy Cache Purge: one URL (X-Purge-Method: default), or a regex of them.
+        one = httpx.request("PURGE", server.url + "/about/", headers={"X-Purge-Method": "default"})
+        month = httpx.request("PURGE", server.url + "/2026/11/.*", headers={"X-Purge-Method": "regex"})
+        assert one.json() == {"marked": 1} and month.json() == {"marked": 2}
+        bad = httpx.request("PURGE", server.url + "/(", headers={"X-Purge-Method": "regex"})
+        assert bad.status_code == 400
+        assert gate.stats()["dirty"] == 4
+    finally:
+        server.stop()
+        gate.core.close()
+
+
+async def test_purge_from_an_untrusted_address_is_refused(tmp_path: Path) -> None:
+    forum = Forum()
+    gate = CrawlerGateMiddleware(forum.app(), settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
+    async with _client(gate) as client:
+        await client.get("/showthread.php?t=1", headers=GOOGLEBOT)
+    transport = httpx.ASGITransport(app=gate, client=("203.0.113.9", 4000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://forum.test") as outsider:
+        refused = await outsider.request("PURGE", "/showthread.php?t=1")
+    assert refused.status_code == 403 and gate.stats()["dirty"] == 0 and forum.fetches == 1
     gate.core.close()

@@ -130,6 +130,12 @@ class CrawlerGateMiddleware:
                 self._in_background(self._prefetch(key))
         elif route is Route.ADMIN:
             await self.admin(scope, receive, send)
+        elif route is Route.PURGE:
+            client = scope.get("client")
+            peer = client[0] if client else None
+            query: bytes = scope.get("query_string", b"")
+            answer = await anyio.to_thread.run_sync(self.core.purge, peer, scope["headers"], raw_path, query)
+            await send_response(send, answer)
         else:
             await send_response(send, plain_response(414, b"URI Too Long\n", outcome=b"pass"))
             self.metrics.record_since("human", "pass", started)

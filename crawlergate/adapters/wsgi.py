@@ -99,6 +99,8 @@ class CrawlerGateWSGI:
             return self._serve_crawler(environ, start_response, decision, started)
         if decision.route is Route.PASS:
             return self._pass(environ, start_response, decision, started)
+        if decision.route is Route.PURGE:
+            return _respond(start_response, self.core.purge(environ.get("REMOTE_ADDR"), headers, raw_path, query))
         if decision.route is Route.ADMIN:
             path, peer = environ.get("PATH_INFO", ""), environ.get("REMOTE_ADDR")
             response = self.admin.respond(path, method, peer, headers, _admin_body(environ))

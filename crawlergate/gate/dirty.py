@@ -21,6 +21,7 @@ in memory and reads what other processes changed at most every ``refresh_s`` sec
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 import threading
 import time
@@ -150,6 +151,16 @@ class DirtyIndex:
         with self._lock:
             rows = self._db().execute("SELECT digest FROM pages WHERE target GLOB ?", (_glob(pattern),)).fetchall()
         return [digest for (digest,) in rows]
+
+    def matching_regex(self, pattern: str) -> list[str]:
+        """The digests of the stored pages whose URL (path and query) ``pattern`` matches from its start.
+
+        Raises re.error for a pattern that is no regular expression. Reads the whole catalogue.
+        """
+        compiled = re.compile(pattern)
+        with self._lock:
+            rows = self._db().execute("SELECT digest, target FROM pages").fetchall()
+        return [digest for digest, target in rows if compiled.match(target)]
 
     def dirty_count(self) -> int:
         with self._lock:

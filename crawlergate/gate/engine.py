@@ -12,11 +12,13 @@ fresh; may a response be stored and for how long.
 from __future__ import annotations
 
 import enum
+import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from crawlergate.admin.endpoints import AdminEndpoints
 from crawlergate.cache import Found, TwoLevelCache
@@ -44,6 +46,7 @@ class Route(enum.Enum):
     ADMIN = "admin"  # the /_crawlergate/ endpoints
     TOO_LONG = "too-long"  # refused with 414
     PASS = "pass"  # to the site untouched
+    PURGE = "purge"  # a site's HTTP PURGE: marks pages changed
     CRAWLER = "crawler"  # a crawler's cacheable GET/HEAD: answered from the cache
 
 
@@ -140,6 +143,7 @@ class GateCore:
         self.keys = keys
         self.dirty = dirty
         self.writes = writes or WriteRules(())
+        self._purgers = TrustedProxies(settings.admin.purgers)
         self._max_stale_s = settings.cache.max_stale_seconds
         self.storage = StoragePolicy(settings.cache, self.keys)
         self.trusted = TrustedProxies(settings.server.trusted_proxies)
@@ -181,6 +185,8 @@ class GateCore:
         request = RequestHeaders(headers)
         if path == self._admin_prefix or path.startswith(self._admin_prefix + "/"):
             return Decision(Route.ADMIN, HUMAN, None, request)
+        if method == "PURGE":
+            return Decision(Route.PURGE, HUMAN, None, request)
         if len(raw_path) + len(query) > self.settings.cache.max_target_chars:
             return Decision(Route.TOO_LONG, HUMAN, None, request)
         verdict = self.classifier.classify_request(
@@ -268,6 +274,32 @@ class GateCore:
         for pattern in patterns:
             digests += self.dirty.matching(pattern)
         return self.dirty.mark(digests, reason)
+
+    def purge(
+        self, peer: str | None, headers: Iterable[tuple[bytes, bytes]], raw_path: bytes, query: bytes
+    ) -> Response:
+        """Answer a site's HTTP PURGE: mark the URL's page changed (or, with ``X-Purge-Method: regex``, every
+        stored page whose /path?query the URL's path and query match as a regular expression, as WordPress's
+        Proxy Cache Purge sends them). Only from ``admin.purgers``; it reads SQLite: call it off the event loop.
+        """
+        client = self.client_address(peer, headers)
+        if client is None or client not in self._purgers:
+            return plain_response(403, b"PURGE is not allowed from this address.\n", outcome=b"pass")
+        target = raw_path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
+        regex = any(name == b"x-purge-method" and value.strip().lower() == b"regex" for name, value in headers)
+        if regex:
+            try:
+                digests = self.dirty.matching_regex(unquote(target))
+            except re.error:
+                return plain_response(
+                    400, b"X-Purge-Method: regex, but the URL is no regular expression.\n", outcome=b"pass"
+                )
+            marked = self.dirty.mark(digests, "purge")
+        else:
+            marked = self.invalidate([target], [], "purge")
+        body = json.dumps({"marked": marked}).encode()
+        headers_out = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        return 200, [*headers_out, (b"cache-control", b"no-store"), (b"x-crawlergate", b"pass")], body
 
     def after_write(self, method: str, path: str, query: bytes, form: dict[str, str] | None) -> int:
         """Mark the pages a successful unsafe request changed, by the write rules; returns how many."""
