@@ -132,18 +132,17 @@ class DirtyIndex:
             return 0
         now = self.clock()
         marked = 0
-        with self._lock:
-            with self._writing() as (database, seq):
-                for start in range(0, len(wanted), 500):
-                    chunk = wanted[start : start + 500]
-                    holes = ",".join("?" * len(chunk))
-                    cursor = database.execute(
-                        f"UPDATE pages SET dirty_since = COALESCE(dirty_since, ?), reason = COALESCE(reason, ?), "
-                        f"seq = ? WHERE digest IN ({holes})",
-                        (now, reason, seq, *chunk),
-                    )
-                    marked += cursor.rowcount
-            self._refresh_locked(force=True)
+        with self._lock, self._writing() as (database, seq):
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                holes = ",".join("?" * len(chunk))
+                rows = database.execute(
+                    f"UPDATE pages SET dirty_since = COALESCE(dirty_since, ?), reason = COALESCE(reason, ?), "
+                    f"seq = ? WHERE digest IN ({holes}) RETURNING digest, dirty_since",
+                    (now, reason, seq, *chunk),
+                ).fetchall()
+                self._dirty.update(rows)
+                marked += len(rows)
         return marked
 
     def matching(self, pattern: str) -> list[str]:
