@@ -348,6 +348,13 @@ def _write_rule(entry: dict[str, Any], where: _Locator) -> WriteRule:
     marks = tuple(_raw_strings(entry, "marks", where))
     if not marks or not all(mark.startswith("/") for mark in marks):
         raise ConfigError(f'{where.of(path)}: [[write]] needs marks = ["/page", ...], each starting with /.')
+    for mark in marks:
+        if "}*" in mark:
+            # A visitor's value followed by * is a prefix of their choosing: title=M would mark every M... page.
+            raise ConfigError(
+                f"{where.of(mark)}: in [[write]] marks, '{{name}}*' lets a visitor choose a prefix; "
+                "end the value with & and * (e.g. ?t={t}&*) to allow other parameters."
+            )
     return WriteRule(methods=methods, path=path, marks=marks)
 
 

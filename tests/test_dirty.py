@@ -61,22 +61,24 @@ def index(tmp_path: Path) -> Iterator[DirtyIndex]:
     dirty.close()
 
 
-def test_dirty_marks_are_idempotent_and_patterns_literal_but_star(index: DirtyIndex) -> None:
-    for target in ("/showthread.php?t=1", "/showthread.php?t=12", "/showthread.php?t=12&page=2", "/showthreadXphp"):
+def test_dirty_marks_are_idempotent_and_patterns_read_queries_as_sets(index: DirtyIndex) -> None:
+    # Stored URLs have their parameters sorted, as the cache keys make them.
+    stored = ("/showthread.php?t=1", "/showthread.php?t=12", "/showthread.php?page=2&t=12", "/showthreadXphp")
+    for target in (*stored, "/index.php?action=history&title=Moon", "/index.php?title=Moon"):
         index.record_stored(target, target)  # the digest is the target here
     assert index.mark(["/showthread.php?t=1", "/nowhere"], "api") == 1  # only pages the cache holds
     first = index.dirty_since("/showthread.php?t=1")
     assert first is not None
     assert index.mark(["/showthread.php?t=1"], "write-rule") == 1 and index.dirty_since("/showthread.php?t=1") == first
-    # "?" and "." are themselves, "*" is any run: t=1* is t=1 and t=12..., never /showthreadXphp.
-    assert sorted(index.matching("/showthread.php?t=1*")) == [
-        "/showthread.php?t=1",
-        "/showthread.php?t=12",
-        "/showthread.php?t=12&page=2",
+    # A query is a set of parameters, in any order; "&*" allows others; "?" and "." are themselves.
+    assert sorted(index.matching("/showthread.php?t=12&*")) == ["/showthread.php?page=2&t=12", "/showthread.php?t=12"]
+    assert index.matching("/showthread.php?t=12") == ["/showthread.php?t=12"]
+    assert sorted(index.matching("/showthread.php?t=1*")) == ["/showthread.php?t=1", "/showthread.php?t=12"]
+    assert sorted(index.matching("/index.php?title=Moon&*")) == [
+        "/index.php?action=history&title=Moon",
+        "/index.php?title=Moon",
     ]
-    assert index.matching("/showthread?php*") == [] and index.matching("/showthread.php?t=12") == [
-        "/showthread.php?t=12"
-    ]
+    assert index.matching("/showthread?php*") == [] and len(index.matching("/showthread.php*")) == 3
     index.record_stored("/showthread.php?t=1", "/showthread.php?t=1")  # regenerated: clean again
     assert index.dirty_since("/showthread.php?t=1") is None and index.dirty_count() == 0
 
@@ -240,11 +242,12 @@ async def test_write_rule_a_reply_marks_its_thread_and_crawlers_keep_the_stored_
         stored = await crawler.get("/showthread.php?t=5", headers=GOOGLEBOT)
         other = await crawler.get("/showthread.php?t=50", headers=GOOGLEBOT)  # t=5* would wrongly take it
         await crawler.get("/", headers=GOOGLEBOT)
+        await crawler.get("/showthread.php?t=5&page=2", headers=GOOGLEBOT)  # stored as ?page=2&t=5
         await person.post("/login", data={"member": "4"})
         reply = await person.post("/newreply.php", data={"t": "5"})
         assert reply.status_code == 303 and reply.headers["x-crawlergate"] == "pass"
         await gate.drain()  # the marks are written off the request path
-        assert gate.stats()["dirty"] == 2  # the thread and the front page (no forum listing was stored)
+        assert gate.stats()["dirty"] == 3  # both pages of the thread and the front page (no listing was stored)
         clock.now += 120
         again = await crawler.get("/showthread.php?t=5", headers=GOOGLEBOT)
         assert again.headers["x-crawlergate"] == "l1-hit" and again.text == stored.text
@@ -252,7 +255,7 @@ async def test_write_rule_a_reply_marks_its_thread_and_crawlers_keep_the_stored_
         assert gate.core.dirty.dirty_since(gate.core.key_for_url("/showthread.php?t=50").digest) is None  # type: ignore[union-attr]
         refused = await crawler.post("/newreply.php", data={"t": "7"})  # a guest's reply fails: nothing marked
         await gate.drain()
-        assert refused.status_code == 403 and gate.stats()["dirty"] == 2
+        assert refused.status_code == 403 and gate.stats()["dirty"] == 3
     assert other.status_code == 200
     gate.core.close()
 

@@ -95,9 +95,9 @@ def test_rules_write_rules_are_checked_and_filled_safely(tmp_path: Path) -> None
     from crawlergate.rules import load_site_profile
 
     profile = tmp_path / "site.toml"
-    profile.write_text('[[write]]\npath = "/t/{id}/reply"\nmarks = ["/t/{id}", "/t/{id}?*", "/f/{forum}*", "/"]\n')
+    profile.write_text('[[write]]\npath = "/t/{id}/reply"\nmarks = ["/t/{id}", "/t/{id}?*", "/f?id={forum}&*", "/"]\n')
     rules = WriteRules(load_site_profile(profile).writes)
-    assert rules.marks("POST", "/t/42/reply", b"forum=3") == (["/t/42", "/"], ["/t/42?*", "/f/3*"])
+    assert rules.marks("POST", "/t/42/reply", b"forum=3") == (["/t/42", "/"], ["/t/42?*", "/f?id=3&*"])
     assert rules.marks("GET", "/t/42/reply", b"") == ([], []) and rules.marks("PUT", "/t/42/x", b"") == ([], [])
     # A visitor's value is percent-encoded: "*" cannot widen a pattern; a missing value skips its mark.
     assert rules.marks("POST", "/t/*/reply", b"") == (["/t/%2A", "/"], ["/t/%2A?*"])
@@ -105,6 +105,7 @@ def test_rules_write_rules_are_checked_and_filled_safely(tmp_path: Path) -> None
         ('[[write]]\nmarks = ["/"]\n', "needs path"),
         ('[[write]]\npath = "/x"\nmethods = ["GET"]\nmarks = ["/"]\n', "methods must be among"),
         ('[[write]]\npath = "/x"\nmarks = ["x"]\n', "each starting with /"),
+        ('[[write]]\npath = "/x"\nmarks = ["/t?title={title}*"]\n', "lets a visitor choose a prefix"),
     ):
         profile.write_text(bad)
         with pytest.raises(ConfigError, match=message):

@@ -6,8 +6,8 @@ regenerator know which pages those are. It lives beside L2 in SQLite (WAL mode: 
 number of readers across processes), so marks survive restarts and every worker sees them.
 
 It is also the catalogue of stored pages (digest → URL), filled as pages are stored, so a pattern
-such as ``/showthread.php?t=12*`` can be matched against what the cache holds. Patterns: ``*``
-matches any run of characters, everything else matches itself.
+such as ``/showthread.php?t=12&*`` can be matched against what the cache holds (``UrlPattern``:
+``*`` is any run of characters; a query is a set of parameters, in any order).
 
 The request path asks ``dirty_since(digest)``: a dictionary lookup. Each process keeps the marks
 in memory and reads what other processes changed at most every ``refresh_s`` seconds (SQLite's
@@ -15,7 +15,7 @@ in memory and reads what other processes changed at most every ``refresh_s`` sec
 
     index = DirtyIndex(Path("/var/cache/crawlergate/dirty.sqlite3"))
     index.record_stored(key.digest, key.target)
-    index.mark(index.matching("/showthread.php?t=12*"), "api")
+    index.mark(index.matching("/showthread.php?t=12&*"), "api")
 """
 
 from __future__ import annotations
@@ -146,10 +146,12 @@ class DirtyIndex:
         return marked
 
     def matching(self, pattern: str) -> list[str]:
-        """The digests of the stored pages whose URL (path and query) matches ``pattern``."""
+        """The digests of the stored pages whose URL (path and query) matches ``pattern`` (see ``UrlPattern``)."""
+        compiled = UrlPattern(pattern)
         with self._lock:
-            rows = self._db().execute("SELECT digest FROM pages WHERE target GLOB ?", (_glob(pattern),)).fetchall()
-        return [digest for (digest,) in rows]
+            query = "SELECT digest, target FROM pages WHERE target GLOB ?"
+            rows = self._db().execute(query, (compiled.glob,)).fetchall()
+        return [digest for digest, target in rows if compiled.matches(target)]
 
     def matching_regex(self, pattern: str) -> list[str]:
         """The digests of the stored pages whose URL (path and query) ``pattern`` matches from its start.
@@ -208,3 +210,47 @@ class DirtyIndex:
 def _glob(pattern: str) -> str:
     """``pattern`` (``*`` a wildcard, all else literal) as an SQLite GLOB, whose ``?`` and ``[`` are special."""
     return "".join("[" + char + "]" if char in "?[" else char for char in pattern)
+
+
+class UrlPattern:
+    """A page pattern: ``*`` is any run of characters in the path; the query is a set of parameters.
+
+    Stored URLs have their parameters sorted, so a pattern's query is read term by term, in any order:
+    ``/showthread.php?t=5&*`` is every URL of /showthread.php with ``t=5`` and any other parameters
+    (``?page=2&t=5`` too); ``/showthread.php?t=5`` is t=5 and nothing else; a term's value may hold
+    ``*`` (``title=Talk:*``). Without ``?``, ``*`` runs over the whole URL, query included.
+    """
+
+    def __init__(self, pattern: str) -> None:
+        path, has_query, query = pattern.partition("?")
+        self._has_query = bool(has_query)
+        self._path = re.compile(_wildcards(path if has_query else pattern), re.DOTALL)
+        self._terms: list[tuple[re.Pattern[str], re.Pattern[str]]] = []
+        self._others = False
+        for term in query.split("&") if has_query else ():
+            if term == "*":
+                self._others = True
+            elif term:
+                name, _, value = term.partition("=")
+                self._terms.append((re.compile(_wildcards(name), re.DOTALL), re.compile(_wildcards(value), re.DOTALL)))
+        # A first cut in SQL (an index-friendly prefix where the pattern has one), then matches() decides.
+        self.glob = _glob(path) + "*" if has_query else _glob(pattern)
+
+    def matches(self, target: str) -> bool:
+        if not self._has_query:
+            return bool(self._path.fullmatch(target))
+        path, _, query = target.partition("?")
+        if not self._path.fullmatch(path):
+            return False
+        params = [param.partition("=") for param in query.split("&") if param]
+        unmatched = list(range(len(params)))
+        for name, value in self._terms:
+            found = next((i for i in unmatched if name.fullmatch(params[i][0]) and value.fullmatch(params[i][2])), None)
+            if found is None:
+                return False
+            unmatched.remove(found)
+        return self._others or not unmatched
+
+
+def _wildcards(text: str) -> str:
+    return ".*".join(re.escape(part) for part in text.split("*"))
