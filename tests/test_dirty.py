@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 from collections.abc import Iterator
@@ -313,3 +314,80 @@ async def test_purge_from_an_untrusted_address_is_refused(tmp_path: Path) -> Non
         refused = await outsider.request("PURGE", "/showthread.php?t=1")
     assert refused.status_code == 403 and gate.stats()["dirty"] == 0 and forum.fetches == 1
     gate.core.close()
+
+
+def test_dirty_damaged_index_is_moved_aside_and_the_gate_starts(tmp_path: Path) -> None:
+    (tmp_path / "l2").mkdir()
+    (tmp_path / "l2" / "dirty.sqlite3").write_bytes(bytes(range(256)) * 64)
+    gate = CrawlerGateWSGI(lambda environ, start: [], settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
+    gate.start()
+    assert gate.core.stats()["dirty"] == 0
+    assert [path.name.startswith("dirty.sqlite3.damaged-") for path in (tmp_path / "l2").iterdir()].count(True) == 1
+    gate.close()
+
+
+def test_dirty_a_mark_during_a_fill_survives_the_store(index: DirtyIndex) -> None:
+    index.record_stored("d", "/t/1")
+    fill_began = index.clock()
+    index.mark(["d"], "purge")  # an edit's PURGE arrives while the page is being fetched
+    index.record_stored("d", "/t/1", fetched_at=fill_began - 1)
+    assert index.dirty_since("d") is not None
+    index.record_stored("d", "/t/1", fetched_at=index.clock() + 1)  # a fill that began after the mark
+    assert index.dirty_since("d") is None
+
+
+def test_dirty_a_busy_index_never_fails_a_fill_nor_waits_on_the_request_path(tmp_path: Path) -> None:
+    import sqlite3
+    import time
+
+    import crawlergate.gate.dirty as dirty_module
+
+    path = tmp_path / "dirty.sqlite3"
+    original, dirty_module.WAIT_S = dirty_module.WAIT_S, 0.2
+    index = DirtyIndex(path, refresh_s=0)
+    index.start()
+    index.record_stored("d", "/t/1")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    try:
+        started = time.monotonic()
+        index.record_stored("e", "/t/2")  # logged, not raised
+        assert index.dirty_since("d") is None and time.monotonic() - started < 2
+        with pytest.raises(dirty_module.IndexUnavailable):
+            index.mark(["d"], "api")
+    finally:
+        dirty_module.WAIT_S = original
+        other.execute("ROLLBACK")
+        other.close()
+        index.close()
+
+
+async def test_invalidate_refuses_bodies_it_cannot_use_with_400(tmp_path: Path) -> None:
+    gate = _gate(Forum(), tmp_path, Clock())
+    bearer = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+    async with _client(gate) as client:
+        surrogate = await client.post("/_crawlergate/invalidate", content=b'{"urls": ["/\\ud800"]}', headers=bearer)
+        deep = await client.post("/_crawlergate/invalidate", content=b"[" * 100_000, headers=bearer)
+        many = await client.post("/_crawlergate/invalidate", json={"patterns": ["*"] * 1001}, headers=bearer)
+    assert (surrogate.status_code, deep.status_code, many.status_code) == (400, 400, 400)
+    gate.core.close()
+
+
+def test_purge_of_a_raw_utf8_target_marks_its_page(tmp_path: Path) -> None:
+    def site(environ, start_response):  # type: ignore[no-untyped-def]
+        start_response("200 OK", [("Content-Type", "text/html")])
+        return [b"<p>page</p>"]
+
+    def environ(method: str, target: bytes, **extra: str) -> dict[str, object]:
+        # As gunicorn hands a request over: the target's raw bytes, decoded as latin-1 (PEP 3333).
+        text = target.decode("latin-1")
+        return {"REQUEST_METHOD": method, "PATH_INFO": text, "RAW_URI": text, "QUERY_STRING": "",
+                "REMOTE_ADDR": "127.0.0.1", "wsgi.input": io.BytesIO(), "wsgi.url_scheme": "http",
+                "SERVER_NAME": "forum.test", "SERVER_PORT": "80", **extra}  # fmt: skip
+
+    gate = CrawlerGateWSGI(site, settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
+    crawler = environ("GET", b"/wiki/Caf%C3%A9", HTTP_USER_AGENT=GOOGLEBOT["user-agent"])
+    assert b"".join(gate(crawler, lambda status, headers: None)) == b"<p>page</p>"
+    purge = environ("PURGE", "/wiki/Café".encode())  # raw UTF-8 bytes in the target
+    assert b"".join(gate(purge, lambda status, headers: None)) == b'{"marked": 1}'
+    gate.close()

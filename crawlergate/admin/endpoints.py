@@ -15,8 +15,10 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import anyio
 from starlette.types import Receive, Scope, Send
 
+from crawlergate.errors import CrawlerGateError
 from crawlergate.gate.answer import Response, send_response
 from crawlergate.gate.forwarded import TrustedProxies
 
@@ -53,7 +55,11 @@ class AdminEndpoints:
                     return
                 if message["type"] == "http.disconnect" or not message.get("more_body", False):
                     break
-        answer = self.respond(scope["path"], scope["method"], client[0] if client else None, scope["headers"], body)
+        peer = client[0] if client else None
+        if scope["method"] == "POST":  # invalidate reads and writes the dirty index: off the event loop
+            answer = await anyio.to_thread.run_sync(self.respond, scope["path"], "POST", peer, scope["headers"], body)
+        else:
+            answer = self.respond(scope["path"], scope["method"], peer, scope["headers"], body)
         await send_response(send, answer)
 
     def respond(
@@ -99,13 +105,18 @@ class AdminEndpoints:
             return _json(401, {"error": "invalidate needs Authorization: Bearer <admin token>"}, extra=_CHALLENGE)
         try:
             request = json.loads(body or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             return _json(400, {"error": 'the body must be JSON: {"urls": [...], "patterns": [...]}'})
         urls = _strings(request.get("urls", []) if isinstance(request, dict) else None)
         patterns = _strings(request.get("patterns", []) if isinstance(request, dict) else None)
         if urls is None or patterns is None:
             return _json(400, {"error": '"urls" and "patterns" must be lists of strings, e.g. {"urls": ["/t/1"]}'})
-        return _json(200, {"marked": self._invalidate(urls, patterns)})
+        if len(patterns) > MAX_PATTERNS:
+            return _json(400, {"error": f"at most {MAX_PATTERNS} patterns a request"})
+        try:
+            return _json(200, {"marked": self._invalidate(urls, patterns)})
+        except CrawlerGateError as exc:
+            return _json(503, {"error": str(exc)}, extra=[(b"retry-after", b"5")])
 
     def _allowed(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> bool:
         # Behind an nginx on the same host every peer is loopback: the forwarded client is what counts.
@@ -120,16 +131,22 @@ class AdminEndpoints:
         return False
 
 
-# The largest invalidate body read (about 10,000 URLs).
+# The largest invalidate body read (about 10,000 URLs), and the most patterns in it (each reads the index).
 MAX_BODY_BYTES = 1 << 20
+MAX_PATTERNS = 1000
 _CHALLENGE = [(b"www-authenticate", b"Bearer")]
 
 
 def _strings(value: object) -> list[str] | None:
-    """``value`` when it is a list of strings, else None."""
-    if isinstance(value, list) and all(isinstance(item, str) for item in value):
-        return value
-    return None
+    """``value`` when it is a list of strings that are text (no lone surrogates), else None."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        return None
+    try:
+        for item in value:
+            item.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
 
 
 def _is_loopback(host: str | None) -> bool:

@@ -21,6 +21,8 @@ in memory and reads what other processes changed at most every ``refresh_s`` sec
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import re
 import sqlite3
 import threading
@@ -28,7 +30,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from crawlergate.errors import ConfigError
+from crawlergate.errors import ConfigError, CrawlerGateError
+
+logger = logging.getLogger(__name__)
+# How long a write waits for another process's write to finish (SQLite's busy timeout).
+WAIT_S = 5.0
+
+
+class IndexUnavailable(CrawlerGateError):
+    """The dirty index cannot be read or written now (another process holds it too long, a full disk)."""
+
 
 # Why a page was marked.
 REASONS = ("api", "write-rule", "expiry", "purge", "revalidation")
@@ -70,22 +81,47 @@ class DirtyIndex:
         self._seen_seq = 0
         self._data_version = -1
         self._next_refresh = 0.0
+        self._next_warning = 0.0
 
     def start(self) -> None:
-        """Open (or create) the index; raises ConfigError when its folder is unusable."""
+        """Open (or create) the index; raises ConfigError when its folder is unusable.
+
+        A damaged file is moved aside (``dirty.sqlite3.damaged-<time>``) and a new index begun: the marks
+        are lost, never the site.
+        """
         with self._lock:
             if self._connection is not None:
                 return
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                connection = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
-                connection.execute("PRAGMA journal_mode=WAL")
-                connection.execute("PRAGMA synchronous=NORMAL")
-                connection.executescript(_SCHEMA)
+                try:
+                    connection = self._open()
+                except sqlite3.OperationalError:
+                    raise  # cannot be opened, or busy: not a damaged file
+                except sqlite3.DatabaseError as exc:
+                    aside = self.path.with_name(f"{self.path.name}.damaged-{int(self.clock())}")
+                    logger.warning(
+                        "the dirty index %s is damaged (%s): moved to %s, starting anew", self.path, exc, aside
+                    )
+                    for suffix in ("", "-wal", "-shm"):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
+                    connection = self._open()
             except (OSError, sqlite3.Error) as exc:
                 raise ConfigError(f"The dirty index {self.path} is not usable: {exc}.") from None
             self._connection = connection
             self._refresh_locked(force=True)
+
+    def _open(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, timeout=WAIT_S, isolation_level=None, check_same_thread=False)
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
+            connection.executescript(_SCHEMA)
+        except sqlite3.Error:
+            connection.close()
+            raise
+        return connection
 
     def close(self) -> None:
         with self._lock:
@@ -98,23 +134,41 @@ class DirtyIndex:
         """When the page was marked changed, or None when it is not (this process's view, ``refresh_s`` old at most)."""
         if self._connection is None:
             return None
-        if self.clock() >= self._next_refresh:
-            with self._lock:
+        if self.clock() >= self._next_refresh and self._lock.acquire(blocking=False):
+            # Never waits: while another thread writes (and perhaps waits for SQLite), the last view serves.
+            try:
                 self._refresh_locked()
+            except sqlite3.Error as exc:
+                self._warn("read", exc)
+            finally:
+                self._lock.release()
         return self._dirty.get(digest)
 
     # marking
-    def record_stored(self, digest: str, target: str) -> None:
-        """A page was stored: it is in the catalogue, and no longer dirty."""
+    def record_stored(self, digest: str, target: str, fetched_at: float | None = None) -> None:
+        """A page was stored: it is in the catalogue, and no longer dirty, unless it was marked after
+        ``fetched_at`` (when its fill began): a change during the fill may be missing from the page.
+
+        A busy or failing index is logged (at most once a minute), never raised: the page is stored anyway.
+        """
         now = self.clock()
-        with self._lock, self._writing() as (database, seq):
-            database.execute(
-                "INSERT INTO pages (digest, target, stored_at, regenerated_at, seq) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (digest) DO UPDATE SET target = excluded.target, stored_at = excluded.stored_at, "
-                "dirty_since = NULL, reason = NULL, regenerated_at = excluded.regenerated_at, seq = excluded.seq",
-                (digest, target, now, now, seq),
-            )
-            self._dirty.pop(digest, None)
+        since = now if fetched_at is None else fetched_at
+        try:
+            with self._lock, self._writing() as (database, seq):
+                (dirty_since,) = database.execute(
+                    "INSERT INTO pages (digest, target, stored_at, regenerated_at, seq) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (digest) DO UPDATE SET target = excluded.target, stored_at = excluded.stored_at, "
+                    "dirty_since = CASE WHEN dirty_since > ? THEN dirty_since END, "
+                    "reason = CASE WHEN dirty_since > ? THEN reason END, "
+                    "regenerated_at = excluded.regenerated_at, seq = excluded.seq RETURNING dirty_since",
+                    (digest, target, now, now, seq, since, since),
+                ).fetchone()
+                if dirty_since is None:
+                    self._dirty.pop(digest, None)
+                else:
+                    self._dirty[digest] = dirty_since
+        except sqlite3.Error as exc:
+            self._warn("write", exc)
 
     def forget(self, digest: str) -> None:
         """The page left the cache (evicted, gone at the origin)."""
@@ -131,26 +185,32 @@ class DirtyIndex:
         if not wanted:
             return 0
         now = self.clock()
-        marked = 0
-        with self._lock, self._writing() as (database, seq):
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start : start + 500]
-                holes = ",".join("?" * len(chunk))
-                rows = database.execute(
-                    f"UPDATE pages SET dirty_since = COALESCE(dirty_since, ?), reason = COALESCE(reason, ?), "
-                    f"seq = ? WHERE digest IN ({holes}) RETURNING digest, dirty_since",
-                    (now, reason, seq, *chunk),
-                ).fetchall()
+        rows: list[tuple[str, float]] = []
+        try:
+            with self._lock:
+                with self._writing() as (database, seq):
+                    for start in range(0, len(wanted), 500):
+                        chunk = wanted[start : start + 500]
+                        holes = ",".join("?" * len(chunk))
+                        rows += database.execute(
+                            f"UPDATE pages SET dirty_since = COALESCE(dirty_since, ?), reason = COALESCE(reason, ?), "
+                            f"seq = ? WHERE digest IN ({holes}) RETURNING digest, dirty_since",
+                            (now, reason, seq, *chunk),
+                        ).fetchall()
                 self._dirty.update(rows)
-                marked += len(rows)
-        return marked
+        except sqlite3.Error as exc:
+            raise IndexUnavailable(f"the dirty index {self.path} cannot be written: {exc}") from None
+        return len(rows)
 
     def matching(self, pattern: str) -> list[str]:
         """The digests of the stored pages whose URL (path and query) matches ``pattern`` (see ``UrlPattern``)."""
         compiled = UrlPattern(pattern)
-        with self._lock:
-            query = "SELECT digest, target FROM pages WHERE target GLOB ?"
-            rows = self._db().execute(query, (compiled.glob,)).fetchall()
+        try:
+            with self._lock:
+                query = "SELECT digest, target FROM pages WHERE target GLOB ?"
+                rows = self._db().execute(query, (compiled.glob,)).fetchall()
+        except sqlite3.Error as exc:
+            raise IndexUnavailable(f"the dirty index {self.path} cannot be read: {exc}") from None
         return [digest for digest, target in rows if compiled.matches(target)]
 
     def matching_regex(self, pattern: str) -> list[str]:
@@ -159,14 +219,26 @@ class DirtyIndex:
         Raises re.error for a pattern that is no regular expression. Reads the whole catalogue.
         """
         compiled = re.compile(pattern)
-        with self._lock:
-            rows = self._db().execute("SELECT digest, target FROM pages").fetchall()
+        try:
+            with self._lock:
+                rows = self._db().execute("SELECT digest, target FROM pages").fetchall()
+        except sqlite3.Error as exc:
+            raise IndexUnavailable(f"the dirty index {self.path} cannot be read: {exc}") from None
         return [digest for digest, target in rows if compiled.match(target)]
 
+    def dirty_digests(self) -> list[str]:
+        """The pages marked changed, as this process last read them (never waits for the index)."""
+        self.dirty_since("")
+        return list(self._dirty)
+
     def dirty_count(self) -> int:
-        with self._lock:
-            self._refresh_locked()
-            return len(self._dirty)
+        return len(self.dirty_digests())
+
+    def _warn(self, what: str, error: sqlite3.Error) -> None:
+        now = time.monotonic()
+        if now >= self._next_warning:
+            self._next_warning = now + 60
+            logger.warning("the dirty index %s could not %s: %s", self.path, what, error)
 
     def _db(self) -> sqlite3.Connection:
         if self._connection is None:

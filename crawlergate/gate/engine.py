@@ -26,7 +26,7 @@ from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
 from crawlergate.errors import OriginError, OriginTimeout
 from crawlergate.gate.answer import Response, page_response, plain_response
-from crawlergate.gate.dirty import DirtyIndex
+from crawlergate.gate.dirty import DirtyIndex, IndexUnavailable
 from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.gate.origin import OriginResponse, PageTooLarge, PublicSite
 from crawlergate.gate.storable import StoragePolicy, StoreVerdict
@@ -231,10 +231,11 @@ class GateCore:
             return found
         return Fill(page)
 
-    def store(self, key: CacheKey, page: Page) -> None:
-        """Keep a filled page in both levels and in the catalogue of the dirty index (no longer dirty)."""
+    def store(self, key: CacheKey, page: Page, fetched_at: float | None = None) -> None:
+        """Keep a filled page in both levels and in the catalogue of the dirty index: no longer dirty,
+        unless marked after ``fetched_at``, when its fill began."""
         self.cache.store(key, page)
-        self.dirty.record_stored(key.digest, key.target)
+        self.dirty.record_stored(key.digest, key.target, fetched_at)
 
     def judge_fill(self, key: CacheKey, response: OriginResponse) -> Page | Unstored:
         """The Page to store for a guest answer, or the answer with every reason it is not stored (counted)."""
@@ -248,7 +249,8 @@ class GateCore:
 
     def stats(self) -> dict[str, object]:
         data = self.metrics.snapshot()
-        data["dirty"] = self.dirty.dirty_count()
+        # Marked pages the cache still holds (an evicted page's mark stays in the index until it returns).
+        data["dirty"] = sum(1 for digest in self.dirty.dirty_digests() if self.cache.l2.contains(digest))
         data["l1"] = {"backend": type(self.cache.l1).__name__}
         data["l2"] = {"pages": len(self.cache.l2), "bytes": self.cache.l2.used_bytes}
         return data
@@ -270,9 +272,9 @@ class GateCore:
 
     def invalidate(self, urls: list[str], patterns: list[str], reason: str = "api") -> int:
         """Mark the stored pages of ``urls`` and those matching ``patterns`` changed; returns how many, once each."""
-        digests = [key.digest for key in map(self.key_for_url, urls) if key is not None]
+        digests = dict.fromkeys(key.digest for key in map(self.key_for_url, urls) if key is not None)
         for pattern in patterns:
-            digests += self.dirty.matching(pattern)
+            digests.update(dict.fromkeys(self.dirty.matching(pattern)))
         return self.dirty.mark(digests, reason)
 
     def purge(
@@ -287,16 +289,17 @@ class GateCore:
             return plain_response(403, b"PURGE is not allowed from this address.\n", outcome=b"pass")
         target = raw_path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
         regex = any(name == b"x-purge-method" and value.strip().lower() == b"regex" for name, value in headers)
-        if regex:
-            try:
-                digests = self.dirty.matching_regex(unquote(target))
-            except re.error:
-                return plain_response(
-                    400, b"X-Purge-Method: regex, but the URL is no regular expression.\n", outcome=b"pass"
-                )
-            marked = self.dirty.mark(digests, "purge")
-        else:
-            marked = self.invalidate([target], [], "purge")
+        try:
+            if regex:
+                marked = self.dirty.mark(self.dirty.matching_regex(unquote(target)), "purge")
+            else:
+                key = self.keys.key_for(raw_path, query)  # the bytes as they came: no second encoding
+                marked = 0 if key is None else self.dirty.mark([key.digest], "purge")
+        except re.error:
+            message = b"X-Purge-Method: regex, but the URL is no regular expression.\n"
+            return plain_response(400, message, outcome=b"pass")
+        except IndexUnavailable as exc:
+            return plain_response(503, f"{exc}\n".encode(), outcome=b"pass", retry_after=b"5")
         body = json.dumps({"marked": marked}).encode()
         headers_out = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         return 200, [*headers_out, (b"cache-control", b"no-store"), (b"x-crawlergate", b"pass")], body

@@ -112,6 +112,7 @@ class Filler:
 
     async def _fetch_async(self, key: CacheKey, fetch: Callable[[], Awaitable[OriginResponse]]) -> Page | Unstored:
         self.metrics.origin_fetches += 1
+        fetched_at = self.core.clock()
         try:
             response = await fetch()
         except OriginError as exc:
@@ -123,11 +124,12 @@ class Filler:
         else:
             judged = self.core.judge_fill(key, response)
         if isinstance(judged, Page):
-            await anyio.to_thread.run_sync(self.core.store, key, judged)
+            await anyio.to_thread.run_sync(self.core.store, key, judged, fetched_at)
         return self._counted(judged)
 
     def _fetch_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> Page | Unstored:
         self.metrics.origin_fetches += 1
+        fetched_at = self.core.clock()
         try:
             response = fetch()
         except OriginError as exc:
@@ -135,7 +137,7 @@ class Filler:
             raise
         judged = self.core.judge_fill(key, response)
         if isinstance(judged, Page):
-            self.core.store(key, judged)
+            self.core.store(key, judged, fetched_at)
         return self._counted(judged)
 
     def _count_failure(self, error: OriginError) -> None:
