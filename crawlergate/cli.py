@@ -156,6 +156,24 @@ def _parser() -> argparse.ArgumentParser:
     stats.add_argument("--prefix", default="/_crawlergate", help="the admin prefix (admin.prefix)")
     stats.set_defaults(handler=_run_stats)
 
+    warm = commands.add_parser(
+        "warm",
+        help="fill L2 for a new deployment from a sitemap, a URL file or a log",
+        description="Fetch every cacheable page of a sitemap (or an index of sitemaps), a file of URLs, or an "
+        "access log's GET requests, as the gate's guest fills do, and store it in L2 (and L1). Pages L2 "
+        "holds are skipped, so an interrupted warm resumes. Takes serve's settings flags.",
+    )
+    source = warm.add_mutually_exclusive_group(required=True)
+    source.add_argument("--sitemap", metavar="URL", help="a sitemap or sitemap index URL")
+    source.add_argument("--urls", type=Path, metavar="FILE", help="one URL or /path?query a line")
+    source.add_argument("--log", type=Path, metavar="FILE", help="an access log: its successful GET requests")
+    warm.add_argument("--concurrency", type=_positive_int, default=8, help="fetches at once (default 8)")
+    warm.add_argument("--rate", type=float, default=0.0, help="fetches a second at most (default: no limit)")
+    warm.add_argument("--json", type=Path, metavar="FILE", help="also write the summary as JSON")
+    _add_site_flags(warm)
+    _add_settings_flags(warm, cache=True)
+    warm.set_defaults(handler=_run_warm)
+
     invalidate = commands.add_parser(
         "invalidate",
         help="mark pages changed on a running gate (served until regenerated)",
@@ -390,6 +408,53 @@ def _run_stats(args: argparse.Namespace) -> int:
             return EXIT_OK
         time.sleep(args.watch)
         print()
+
+
+def _run_warm(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from crawlergate.adapters.proxy import create_app
+    from crawlergate.warm import file_urls, log_urls, sitemap_urls, warm
+
+    settings = _settings(args, _flag_overrides(args))
+    if args.rate < 0:
+        raise CrawlerGateError("--rate must be 0 (no limit) or a positive number of fetches a second.")
+
+    async def run() -> dict[str, Any]:
+        if args.sitemap:
+            urls = await sitemap_urls(args.sitemap)
+        elif args.urls:
+            urls = file_urls(args.urls)
+        else:
+            urls = list(log_urls(args.log))
+        gate = create_app(settings)
+        gate.start()
+        try:
+            with Progress("warming L2", total=len(urls), unit=" pages") as progress:
+                summary = await warm(
+                    gate,
+                    urls,
+                    concurrency=args.concurrency,
+                    rate=args.rate,
+                    on_progress=lambda done, total: progress.update(done),
+                )
+        finally:
+            await gate.app.aclose()  # type: ignore[attr-defined]
+            gate.filler.close()
+            gate.core.close()
+        return summary.as_dict()
+
+    data = asyncio.run(run())
+    not_stored = ", ".join(f"{reason} {count:,}" for reason, count in sorted(data["not_stored"].items())) or "none"
+    print(
+        f"warm: {data['pages']:,} pages: {data['stored']:,} stored ({data['bytes_stored'] / 1e6:.1f} MB gzip), "
+        f"{data['skipped']:,} already stored, {data['errors']:,} origin errors, not stored: {not_stored}; "
+        f"{data['not_cacheable']:,} URLs not cacheable; {data['seconds']:.1f} s, "
+        f"origin time {data['origin_seconds']:.1f} s"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=2, sort_keys=True))
+    return EXIT_OK
 
 
 def _run_invalidate(args: argparse.Namespace) -> int:

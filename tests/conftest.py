@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -17,6 +18,18 @@ from crawlergate.config import ClassifySettings, L2Settings, Settings
 from crawlergate.demo.run import free_port
 
 DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """No test, nor a process it starts, may fill the user's own cache folder (the default L2)."""
+    previous = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache-home"))
+    yield
+    if previous is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = previous
 
 
 @pytest.fixture
