@@ -152,10 +152,11 @@ class CrawlerGateMiddleware:
         # memcached too (3,000 vs 5,000 hits/s, scripts/bench_gate.py): pymemcache spends ~100 µs of
         # Python per 17 KB get, which threads cannot overlap under the GIL. L2 reads the disk: a thread.
         found = self.cache.lookup_l1(key) or await anyio.to_thread.run_sync(self.cache.lookup_l2, key)
-        step = self.core.serve_or_fill(key, found)
+        now = self.core.clock()
+        step = self.core.serve_or_fill(key, found, now)
         if isinstance(step, Found):
             hit = b"%s-hit" % step.level.encode()
-            await send_response(send, await _answer(step.page, method, request, outcome=hit, now=self.core.clock()))
+            await send_response(send, await _answer(step.page, method, request, outcome=hit, now=now))
             self.metrics.record_since("crawler", f"{step.level}-hit", started)
             return
         stale = step.stale

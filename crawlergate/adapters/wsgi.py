@@ -114,11 +114,12 @@ class CrawlerGateWSGI:
         key = decision.key
         assert key is not None
         method = environ["REQUEST_METHOD"]
-        step = self.core.serve_or_fill(key, self.cache.lookup(key))
+        now = self.core.clock()
+        step = self.core.serve_or_fill(key, self.cache.lookup(key), now)
         if isinstance(step, Found):
             self.metrics.record_since("crawler", f"{step.level}-hit", started)
             hit = b"%s-hit" % step.level.encode()
-            served = page_response(step.page, method, decision.headers, outcome=hit, now=self.core.clock())
+            served = page_response(step.page, method, decision.headers, outcome=hit, now=now)
             return _respond(start_response, served)
         client = self.core.client_address(
             environ.get("REMOTE_ADDR"), [(b"x-forwarded-for", environ.get("HTTP_X_FORWARDED_FOR", "").encode())]

@@ -130,11 +130,14 @@ class DirtyIndex:
                 self._connection = None
 
     # the request path
-    def dirty_since(self, digest: str) -> float | None:
-        """When the page was marked changed, or None when it is not (this process's view, ``refresh_s`` old at most)."""
+    def dirty_since(self, digest: str, now: float | None = None) -> float | None:
+        """When the page was marked changed, or None when it is not (this process's view, ``refresh_s`` old at most).
+
+        ``now`` saves a clock reading when the caller has one.
+        """
         if self._connection is None:
             return None
-        if self.clock() >= self._next_refresh and self._lock.acquire(blocking=False):
+        if (self.clock() if now is None else now) >= self._next_refresh and self._lock.acquire(blocking=False):
             # Never waits: while another thread writes (and perhaps waits for SQLite), the last view serves.
             try:
                 self._refresh_locked()

@@ -212,7 +212,7 @@ class GateCore:
         key = decision.key
         return decision.route is Route.PASS and key is not None and status == 200 and self.cache.l2.contains(key.digest)
 
-    def serve_or_fill(self, key: CacheKey, found: Found | None) -> Found | Fill:
+    def serve_or_fill(self, key: CacheKey, found: Found | None, now: float) -> Found | Fill:
         """A crawler's cached page to serve, or the instruction to fill its key (with the copy to fall back on).
 
         FRESH: neither marked changed nor past its lifetime: served. DIRTY: marked changed, or past its
@@ -222,8 +222,7 @@ class GateCore:
         if found is None:
             return Fill(None)
         page = found.page
-        now = self.clock()
-        marked = self.dirty.dirty_since(key.digest)
+        marked = self.dirty.dirty_since(key.digest, now)
         if marked is None and not page.is_expired(now):
             return found
         stale_since = page.expires_at if marked is None else min(marked, page.expires_at)
