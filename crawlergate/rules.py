@@ -219,6 +219,15 @@ class CacheRules:
     exclude_params: re.Pattern[str] | None = None
     # The exclude patterns as written, to name the one that matched.
     exclude_patterns: tuple[str, ...] = ()
+    # Per-path lifetimes of 200 pages, first match wins: (path glob, seconds), from [[max_age]].
+    max_ages: tuple[tuple[re.Pattern[str], float], ...] = ()
+
+    def max_age_for(self, path: str) -> float | None:
+        """The lifetime a [[max_age]] rule gives a page of ``path``, or None."""
+        for pattern, seconds in self.max_ages:
+            if pattern.fullmatch(path):
+                return seconds
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,9 +262,11 @@ class WriteRule:
 def load_cache_rules(path: Path, profiles: Sequence[SiteProfile] = ()) -> CacheRules:
     """Read a cache rules file and add the profiles' rules; a broken file raises ConfigError naming file and line."""
     data, where = _read_toml_rules(path, "Cache rules file")
-    unknown = set(data) - {"paths", "query"}
+    unknown = set(data) - {"paths", "query", "max_age"}
     if unknown:
-        raise ConfigError(f"{where.of(min(unknown))}: unknown table '{min(unknown)}'; use [paths] and [query].")
+        raise ConfigError(
+            f"{where.of(min(unknown))}: unknown table '{min(unknown)}'; use [paths], [query] and [[max_age]]."
+        )
     paths = _table(data, "paths", {"include", "exclude", "static_extensions"}, where)
     query = _table(data, "query", {"drop", "keep", "exclude"}, where)
     keep = _keep_params(query, where)
@@ -276,7 +287,17 @@ def load_cache_rules(path: Path, profiles: Sequence[SiteProfile] = ()) -> CacheR
         keep_params=keep,
         exclude_params=_globs([_param_glob(p) for p in exclude_params], ignore_case=True) if exclude_params else None,
         exclude_patterns=tuple(exclude) + tuple(f"?{p}" for p in exclude_params),
+        max_ages=tuple(_max_age(entry, where) for entry in _tables(data, "max_age", where)),
     )
+
+
+def _max_age(entry: dict[str, Any], where: _Locator) -> tuple[re.Pattern[str], float]:
+    path, seconds = entry.get("path"), entry.get("seconds")
+    if set(entry) - {"path", "seconds"} or not isinstance(path, str) or not path.startswith("/"):
+        raise ConfigError(f'{where.of("[[max_age]]")}: each [[max_age]] is path = "/glob" and seconds = N.')
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+        raise ConfigError(f"{where.of(path)}: [[max_age]] seconds must be a positive number.")
+    return _globs([path], ignore_case=False), float(seconds)
 
 
 def _param_glob(pattern: str) -> str:

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import pytest
 
 from crawlergate.config import CacheSettings
+from crawlergate.errors import ConfigError
 from crawlergate.gate.origin import OriginResponse
 from crawlergate.gate.storable import NOT_STORED_REASONS, StoragePolicy
 from crawlergate.keys import KeyMaker
@@ -154,3 +156,24 @@ def test_storable_redirect_to_the_same_key_is_a_loop(target: str, location: str)
     policy = StoragePolicy(CacheSettings(), keys)
     verdict = policy.judge(_answer(301, (("location", location),), b""), target, now=NOW)
     assert [label for label, _ in verdict.reasons] == ["redirect-to-self"]
+
+
+def test_storable_per_path_max_age_sets_a_200_pages_lifetime(tmp_path: Path) -> None:
+    rules = tmp_path / "cache.toml"
+    shipped = (default_rules_dir() / "cache.toml").read_text()
+    rules.write_text(
+        shipped
+        + '\n[[max_age]]\npath = "/"\nseconds = 600\n\n[[max_age]]\npath = "/showthread.php"\nseconds = 604800\n'
+    )
+    policy = StoragePolicy(CacheSettings(), KeyMaker(load_cache_rules(rules), admin_prefix="/_crawlergate"))
+    html = [("content-type", "text/html")]
+    front = policy.judge(OriginResponse(200, html, b"<p>front</p>"), "/", now=NOW)
+    thread = policy.judge(OriginResponse(200, html, b"<p>t</p>"), "/showthread.php?t=3", now=NOW)
+    other = policy.judge(OriginResponse(200, html, b"<p>m</p>"), "/member.php?u=1", now=NOW)
+    own = policy.judge(OriginResponse(200, [*html, ("cache-control", "max-age=60")], b"<p>f</p>"), "/", now=NOW)
+    gone = policy.judge(OriginResponse(404, html, b"no"), "/", now=NOW)
+    assert (front.ttl_seconds, thread.ttl_seconds, other.ttl_seconds) == (600, 604800, 86400)
+    assert own.ttl_seconds == 60 and gone.ttl_seconds == 600  # the site's own lifetime wins; 404s keep theirs
+    rules.write_text('[[max_age]]\npath = "/"\nseconds = -1\n')
+    with pytest.raises(ConfigError, match="positive"):
+        load_cache_rules(rules)

@@ -78,6 +78,8 @@ class StoragePolicy:
         set_aside: list[str] = []
         status = response.status
         default_ttl = self._status_ttl(status)
+        if status == 200 and self._keys is not None:
+            default_ttl = self._keys.rules.max_age_for(target.partition("?")[0]) or default_ttl
         if status >= 500:
             reasons.append(("origin-error", f"the site answered {status}"))
         elif default_ttl is None:
