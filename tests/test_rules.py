@@ -110,3 +110,17 @@ def test_rules_write_rules_are_checked_and_filled_safely(tmp_path: Path) -> None
         profile.write_text(bad)
         with pytest.raises(ConfigError, match=message):
             load_site_profile(profile)
+
+
+def test_rules_discourse_posts_are_json_and_mark_their_topic() -> None:
+    from crawlergate.gate.writes import WriteRules, form_fields
+
+    rules = WriteRules(load_site_profiles("", ["discourse"])[0].writes)
+    fields = form_fields(b'{"raw": "Thanks!", "topic_id": 42, "reply_to_post_number": null, "whisper": true}')
+    assert fields == {"raw": "Thanks!", "topic_id": "42"}
+    assert rules.marks("POST", "/posts", b"", fields) == (
+        ["/t/42", "/"],
+        ["/t/*/42", "/t/*/42?*", "/latest*"],
+    )
+    assert form_fields(b'{"topic_id": [1]}') == {} and form_fields(b"{broken") == {}
+    assert form_fields(b"t=5&t=6") == {"t": "5"}

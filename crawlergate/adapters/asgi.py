@@ -34,7 +34,7 @@ from crawlergate.gate.answer import (
 from crawlergate.gate.engine import Decision, GateCore, RequestHeaders, Route, Unstored
 from crawlergate.gate.fill import Filler
 from crawlergate.gate.origin import AsgiOrigin, OriginResponse, PublicSite
-from crawlergate.gate.writes import FORM_BYTES, form_fields
+from crawlergate.gate.writes import FORM_BYTES, FORM_TYPES, form_fields
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
 from crawlergate.wiring import build_core
@@ -247,10 +247,7 @@ async def _marked_after_write(
 
 
 def _is_form(headers: list[tuple[bytes, bytes]]) -> bool:
-    return any(
-        name == b"content-type" and value.lower().startswith(b"application/x-www-form-urlencoded")
-        for name, value in headers
-    )
+    return any(name == b"content-type" and value.lower().startswith(FORM_TYPES) for name, value in headers)
 
 
 def _teed(receive: Receive, copy: bytearray) -> Receive:

@@ -25,7 +25,7 @@ from crawlergate.gate.answer import Response, page_response, plain_response
 from crawlergate.gate.engine import Decision, Route
 from crawlergate.gate.fill import Filler
 from crawlergate.gate.origin import PublicSite, WsgiOrigin
-from crawlergate.gate.writes import FORM_BYTES, form_fields
+from crawlergate.gate.writes import FORM_BYTES, FORM_TYPES, form_fields
 from crawlergate.wiring import build_core
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ class CrawlerGateWSGI:
 
         method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/") or "/"
         form: _TeedInput | None = None
-        is_form = environ.get("CONTENT_TYPE", "").lower().startswith("application/x-www-form-urlencoded")
+        is_form = environ.get("CONTENT_TYPE", "").lower().encode("latin-1").startswith(FORM_TYPES)
         if is_form and method in self.core.writes.methods and self.core.writes.wants_form(method, path):
             form = environ["wsgi.input"] = _TeedInput(environ["wsgi.input"])
         body = self.app(environ, start_marked)

@@ -9,7 +9,8 @@ need not say so. The rules come from the selected site profiles' ``[[write]]`` t
     marks = ["/showthread.php?t={t}*", "/forumdisplay.php*", "/"]
 
 ``{name}`` in ``path`` captures one path segment; in ``marks`` it is filled from those captures,
-the query string, or the form fields (``application/x-www-form-urlencoded``, the first 64 KB).
+the query string, or the form fields (``application/x-www-form-urlencoded``, the first 64 KB, or
+a JSON object's top-level strings and numbers).
 Filled values are percent-encoded, so a visitor's ``t=*`` can never widen a pattern. A mark whose
 names are not all given is skipped.
 
@@ -19,14 +20,16 @@ names are not all given is skipped.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import parse_qsl, quote
 
 from crawlergate.rules import WriteRule
 
-# Form bodies read for field values, at most.
+# Form bodies read for field values, at most, and the content types read.
 FORM_BYTES = 64 * 1024
+FORM_TYPES = (b"application/x-www-form-urlencoded", b"application/json")
 _NAME = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -65,8 +68,21 @@ class WriteRules:
 
 
 def form_fields(body: bytes) -> dict[str, str]:
-    """The first value of each field of an urlencoded form body."""
-    return _first_values(body[:FORM_BYTES])
+    """The fields of a request body: an urlencoded form's (first values), or a JSON object's strings and numbers
+    (Discourse posts JSON); nothing from a body that is neither, or longer than FORM_BYTES."""
+    if body[:1] != b"{":
+        return _first_values(body[:FORM_BYTES])
+    try:
+        data = json.loads(body) if len(body) < FORM_BYTES else None
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(name): str(value)
+        for name, value in data.items()
+        if isinstance(value, str | int) and not isinstance(value, bool)
+    }
 
 
 def _first_values(encoded: bytes) -> dict[str, str]:
