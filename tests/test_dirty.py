@@ -28,6 +28,7 @@ pytestmark = pytest.mark.anyio
 
 GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 TOKEN = "s3cret-token"
+FIREFOX = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"}
 
 
 class Clock:
@@ -391,3 +392,22 @@ def test_purge_of_a_raw_utf8_target_marks_its_page(tmp_path: Path) -> None:
     purge = environ("PURGE", "/wiki/Café".encode())  # raw UTF-8 bytes in the target
     assert b"".join(gate(purge, lambda status, headers: None)) == b'{"marked": 1}'
     gate.close()
+
+
+async def test_dirty_crawler_demand_is_counted_off_the_request_path_and_decays(tmp_path: Path) -> None:
+    forum, clock = Forum(), Clock()
+    gate = _gate(forum, tmp_path, clock)
+    async with _client(gate) as client:
+        for target in ("/showthread.php?t=1",) * 3 + ("/showthread.php?t=2",):
+            await client.get(target, headers=GOOGLEBOT)
+        await client.get("/showthread.php?t=1", headers=FIREFOX)  # people are not crawler demand
+        clock.now += 31  # the next crawler request finds the counts due, and writes them in the background
+        await client.get("/showthread.php?t=2", headers=GOOGLEBOT)
+        await gate.drain()
+    dirty = gate.core.dirty
+    one, two = (gate.core.key_for_url(f"/showthread.php?t={n}") for n in (1, 2))
+    assert one is not None and two is not None
+    assert (dirty.demand(one.digest), dirty.demand(two.digest)) == (3.0, 2.0)
+    clock.now += 86400
+    assert dirty.demand(one.digest) == pytest.approx(1.5)  # halved after a day
+    gate.core.close()

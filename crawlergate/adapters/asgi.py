@@ -153,6 +153,8 @@ class CrawlerGateMiddleware:
         # Python per 17 KB get, which threads cannot overlap under the GIL. L2 reads the disk: a thread.
         found = self.cache.lookup_l1(key) or await anyio.to_thread.run_sync(self.cache.lookup_l2, key)
         now = self.core.clock()
+        if self.core.note_demand(key, now):
+            self._in_background(_flushed_demand(self.core))
         step = self.core.serve_or_fill(key, found, now)
         if isinstance(step, Found):
             hit = b"%s-hit" % step.level.encode()
@@ -244,6 +246,10 @@ async def _marked_after_write(
     core: GateCore, method: str, path: str, query: bytes, form: dict[str, str] | None
 ) -> None:
     await anyio.to_thread.run_sync(core.after_write, method, path, query, form)
+
+
+async def _flushed_demand(core: GateCore) -> None:
+    await anyio.to_thread.run_sync(core.dirty.flush_demand)
 
 
 def _is_form(headers: list[tuple[bytes, bytes]]) -> bool:

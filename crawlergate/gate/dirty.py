@@ -9,6 +9,9 @@ It is also the catalogue of stored pages (digest → URL), filled as pages are s
 such as ``/showthread.php?t=12&*`` can be matched against what the cache holds (``UrlPattern``:
 ``*`` is any run of characters; a query is a set of parameters, in any order).
 
+Each page also carries its crawler demand: requests counted in memory, written every FLUSH_S off
+the request path, decayed with a one-day half-life (the regenerator's "most valuable first").
+
 The request path asks ``dirty_since(digest)``: a dictionary lookup. Each process keeps the marks
 in memory and reads what other processes changed at most every ``refresh_s`` seconds (SQLite's
 ``data_version`` says whether anything changed; only rows changed since are read).
@@ -27,6 +30,7 @@ import re
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -35,6 +39,17 @@ from crawlergate.errors import ConfigError, CrawlerGateError
 logger = logging.getLogger(__name__)
 # How long a write waits for another process's write to finish (SQLite's busy timeout).
 WAIT_S = 5.0
+
+
+# Crawler requests are written to the index at most this often; a page's demand halves every half-life.
+FLUSH_S = 30.0
+DEMAND_HALF_LIFE_S = 86400.0
+
+
+def _decayed(demand: float | None, since: float | None, now: float) -> float:
+    if not demand or since is None:
+        return float(demand or 0.0)
+    return float(demand) * float(0.5 ** (max(0.0, now - since) / DEMAND_HALF_LIFE_S))
 
 
 class IndexUnavailable(CrawlerGateError):
@@ -51,7 +66,8 @@ CREATE TABLE IF NOT EXISTS pages (
     stored_at REAL NOT NULL,
     dirty_since REAL,
     reason TEXT,
-    demand INTEGER NOT NULL DEFAULT 0,
+    demand REAL NOT NULL DEFAULT 0,
+    demand_at REAL,
     regenerated_at REAL,
     seq INTEGER NOT NULL DEFAULT 0
 );
@@ -82,6 +98,10 @@ class DirtyIndex:
         self._data_version = -1
         self._next_refresh = 0.0
         self._next_warning = 0.0
+        # Crawler requests per page since the last flush to the index.
+        self._demand: Counter[str] = Counter()
+        self._carried: set[str] = set()
+        self._next_flush = clock() + FLUSH_S
 
     def start(self) -> None:
         """Open (or create) the index; raises ConfigError when its folder is unusable.
@@ -118,6 +138,7 @@ class DirtyIndex:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
             connection.executescript(_SCHEMA)
+            connection.create_function("decayed", 3, _decayed, deterministic=True)
         except sqlite3.Error:
             connection.close()
             raise
@@ -146,6 +167,50 @@ class DirtyIndex:
             finally:
                 self._lock.release()
         return self._dirty.get(digest)
+
+    # crawler demand
+    def count_demand(self, digest: str) -> None:
+        """A crawler asked for this page (counted in memory; ``flush_demand`` writes the counts)."""
+        self._demand[digest] += 1
+
+    def demand_due(self, now: float) -> bool:
+        """Whether counts wait to be written (every FLUSH_S): the caller then runs flush_demand off its event loop."""
+        if not self._demand or now < self._next_flush:
+            return False
+        self._next_flush = now + FLUSH_S
+        return True
+
+    def flush_demand(self) -> None:
+        """Add the counted crawler requests to each page's demand, which halves every DEMAND_HALF_LIFE_S."""
+        counts, self._demand = self._demand, Counter()
+        if not counts:
+            return
+        now = self.clock()
+        unknown: list[str] = []
+        try:
+            with self._lock, self._writing() as (database, _):
+                for digest, count in counts.items():
+                    updated = database.execute(
+                        "UPDATE pages SET demand = decayed(demand, demand_at, ?) + ?, demand_at = ? WHERE digest = ?",
+                        (now, count, now, digest),
+                    ).rowcount
+                    if not updated:
+                        unknown.append(digest)
+        except sqlite3.Error as exc:
+            self._warn("write demand", exc)
+            return
+        # A page asked for before its first fill was recorded: its count waits one more flush, then goes
+        # (pages never stored would otherwise pile up).
+        for digest in unknown:
+            if digest not in self._carried:
+                self._demand[digest] += counts[digest]
+        self._carried = set(unknown)
+
+    def demand(self, digest: str) -> float:
+        """The page's crawler demand as last written: recent requests, older ones halved per half-life."""
+        with self._lock:
+            row = self._db().execute("SELECT demand, demand_at FROM pages WHERE digest = ?", (digest,)).fetchone()
+        return 0.0 if row is None else _decayed(row[0], row[1], self.clock())
 
     # marking
     def record_stored(self, digest: str, target: str, fetched_at: float | None = None) -> None:

@@ -174,6 +174,8 @@ class GateCore:
 
     def close(self) -> None:
         self.cache.close()
+        if self._started:
+            self.dirty.flush_demand()
         self.dirty.close()
 
     def decide(
@@ -229,6 +231,12 @@ class GateCore:
         if now - stale_since <= self._max_stale_s:
             return found
         return Fill(page)
+
+    def note_demand(self, key: CacheKey, now: float) -> bool:
+        """Count a crawler's request for ``key``; True when the counts are due to be written (``dirty.flush_demand``,
+        off the event loop)."""
+        self.dirty.count_demand(key.digest)
+        return self.dirty.demand_due(now)
 
     def store(self, key: CacheKey, page: Page, fetched_at: float | None = None) -> None:
         """Keep a filled page in both levels and in the catalogue of the dirty index: no longer dirty,
