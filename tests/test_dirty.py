@@ -82,7 +82,7 @@ def test_dirty_marks_are_idempotent_and_patterns_read_queries_as_sets(index: Dir
     ]
     assert index.matching("/showthread?php*") == [] and len(index.matching("/showthread.php*")) == 3
     index.record_stored("/showthread.php?t=1", "/showthread.php?t=1")  # regenerated: clean again
-    assert index.dirty_since("/showthread.php?t=1") is None and index.dirty_count() == 0
+    assert index.dirty_since("/showthread.php?t=1") is None and len(index.dirty_digests()) == 0
 
 
 def test_dirty_marks_survive_a_restart_and_reach_other_processes(tmp_path: Path) -> None:
@@ -94,8 +94,10 @@ def test_dirty_marks_survive_a_restart_and_reach_other_processes(tmp_path: Path)
     worker_a.record_stored("d2", "/t/2")
     assert worker_b.dirty_since("d1") is None
     worker_a.mark(["d1"], "api")
+    worker_b.upkeep()  # what each worker runs every refresh_s, off its request path
     assert worker_b.dirty_since("d1") is not None  # the other worker sees it
     worker_b.record_stored("d1", "/t/1")
+    worker_a.upkeep()
     assert worker_a.dirty_since("d1") is None  # and its regeneration is seen back
     worker_b.mark(["d2"], "purge")
     worker_a.close()

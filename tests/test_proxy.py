@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import os
 import signal
@@ -572,9 +573,11 @@ def test_proxy_followers_of_an_unstorable_fill_never_share_its_cookie(tmp_path: 
     assert not any("set-cookie" in answer.headers for answer in answers)
 
 
-def test_serve_workers_run_on_the_settings_serve_was_given(forum: ServerThread, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _two_workers(forum: ServerThread, tmp_path: Path, config_text: str) -> Iterator[str]:
+    """``crawlergate serve --workers 2`` with a config file, its base URL once it answers."""
     config = tmp_path / "gate.toml"
-    config.write_text('[admin]\nprefix = "/_gate"\n')
+    config.write_text(config_text)
     port = free_port()
     argv = ["serve", "--origin", forum.url, "--port", str(port), "--workers", "2", "--config", str(config)]
     process = subprocess.Popen(
@@ -584,14 +587,38 @@ def test_serve_workers_run_on_the_settings_serve_was_given(forum: ServerThread, 
     )
     try:
         deadline = time.monotonic() + 60
-        answers: list[int] = []
-        while len(answers) < 20:  # a new connection each time: both workers answer some
+        while True:
             try:
-                answers.append(httpx.get(f"http://127.0.0.1:{port}/_gate/stats").status_code)
+                httpx.get(f"http://127.0.0.1:{port}/_crawlergate/healthz")
+                break
             except httpx.TransportError:
                 assert process.poll() is None and time.monotonic() < deadline, "serve did not start"
                 time.sleep(0.1)
-        assert answers == [200] * 20
+        yield f"http://127.0.0.1:{port}"
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
+
+
+def test_serve_workers_run_on_the_settings_serve_was_given(forum: ServerThread, tmp_path: Path) -> None:
+    with _two_workers(forum, tmp_path, '[admin]\nprefix = "/_gate"\n') as gate:
+        # A new connection each time: both workers answer some.
+        answers = [httpx.get(f"{gate}/_gate/stats").status_code for _ in range(20)]
+    assert answers == [200] * 20
+
+
+def test_serve_workers_see_the_same_marks(forum: ServerThread, tmp_path: Path) -> None:
+    with _two_workers(forum, tmp_path, '[admin]\ntoken = "t0k"\n') as gate:
+        stored = httpx.get(f"{gate}/showthread.php?t=4", headers=GOOGLEBOT)
+        marked = httpx.post(
+            f"{gate}/_crawlergate/invalidate",
+            json={"urls": ["/showthread.php?t=4"]},
+            headers={"authorization": "Bearer t0k"},
+        )
+        # Each request on a new connection, so both workers answer: each reads the marks the other made.
+        dirty = [httpx.get(f"{gate}/_crawlergate/stats").json()["dirty"] for _ in range(20)]
+        again = [httpx.get(f"{gate}/showthread.php?t=4", headers=GOOGLEBOT) for _ in range(6)]
+    assert stored.headers["x-crawlergate"] == "miss" and marked.json() == {"marked": 1}
+    assert dirty == [1] * 20
+    assert {answer.headers["x-crawlergate"] for answer in again} <= {"l1-hit", "l2-hit"}
+    assert all(answer.text == stored.text and "age" in answer.headers for answer in again)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -31,7 +31,7 @@ from crawlergate.gate.answer import (
     plain_response,
     send_response,
 )
-from crawlergate.gate.engine import Decision, GateCore, RequestHeaders, Route, Unstored
+from crawlergate.gate.engine import Decision, RequestHeaders, Route, Unstored
 from crawlergate.gate.fill import Filler
 from crawlergate.gate.origin import AsgiOrigin, OriginResponse, PublicSite
 from crawlergate.gate.writes import FORM_BYTES, FORM_TYPES, form_fields
@@ -84,7 +84,7 @@ class CrawlerGateMiddleware:
         )
         self.filler = Filler(self.core)
         self.admin = self.core.admin
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[object]] = set()
 
     def start(self) -> None:
         """Prepare the stores (create the L2 directory); raises ConfigError when it is unusable."""
@@ -127,7 +127,7 @@ class CrawlerGateMiddleware:
             key = decision.key
             # Most human views are of pages L1 already holds: with the embedded L1 that is settled inline.
             if key is not None and self.core.should_prefetch(decision, status) and not self.cache.touch_local_l1(key):
-                self._in_background(self._prefetch(key))
+                self._in_background(self.cache.prefetch, key)
         elif route is Route.ADMIN:
             await self.admin(scope, receive, send)
         elif route is Route.PURGE:
@@ -154,7 +154,7 @@ class CrawlerGateMiddleware:
         found = self.cache.lookup_l1(key) or await anyio.to_thread.run_sync(self.cache.lookup_l2, key)
         now = self.core.clock()
         if self.core.note_demand(key, now):
-            self._in_background(_flushed_demand(self.core))
+            self._in_background(self.core.dirty.upkeep)
         step = self.core.serve_or_fill(key, found, now)
         if isinstance(step, Found):
             hit = b"%s-hit" % step.level.encode()
@@ -219,13 +219,11 @@ class CrawlerGateMiddleware:
         if 200 <= status < 400:
             fields = form_fields(bytes(form)) if form is not None else None
             query: bytes = scope.get("query_string", b"")
-            self._in_background(_marked_after_write(self.core, method, path, query, fields))
+            self._in_background(self.core.after_write, method, path, query, fields)
 
-    async def _prefetch(self, key: CacheKey) -> None:
-        await anyio.to_thread.run_sync(self.cache.prefetch, key)
-
-    def _in_background(self, work: Coroutine[object, object, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
+    def _in_background(self, work: Callable[..., object], *args: object) -> None:
+        """Run ``work(*args)`` in a worker thread, off the response path; ``drain`` waits for it."""
+        task = asyncio.get_running_loop().create_task(anyio.to_thread.run_sync(work, *args))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -240,16 +238,6 @@ class CrawlerGateMiddleware:
             return message
 
         return wrapped
-
-
-async def _marked_after_write(
-    core: GateCore, method: str, path: str, query: bytes, form: dict[str, str] | None
-) -> None:
-    await anyio.to_thread.run_sync(core.after_write, method, path, query, form)
-
-
-async def _flushed_demand(core: GateCore) -> None:
-    await anyio.to_thread.run_sync(core.dirty.flush_demand)
 
 
 def _is_form(headers: list[tuple[bytes, bytes]]) -> bool:

@@ -116,7 +116,7 @@ class CrawlerGateWSGI:
         method = environ["REQUEST_METHOD"]
         now = self.core.clock()
         if self.core.note_demand(key, now):
-            self._in_background(self.core.dirty.flush_demand)
+            self._in_background(self.core.dirty.upkeep)
         step = self.core.serve_or_fill(key, self.cache.lookup(key), now)
         if isinstance(step, Found):
             self.metrics.record_since("crawler", f"{step.level}-hit", started)

@@ -12,9 +12,10 @@ such as ``/showthread.php?t=12&*`` can be matched against what the cache holds (
 Each page also carries its crawler demand: requests counted in memory, written every FLUSH_S off
 the request path, decayed with a one-day half-life (the regenerator's "most valuable first").
 
-The request path asks ``dirty_since(digest)``: a dictionary lookup. Each process keeps the marks
-in memory and reads what other processes changed at most every ``refresh_s`` seconds (SQLite's
-``data_version`` says whether anything changed; only rows changed since are read).
+The request path asks ``dirty_since(digest)``: a dictionary lookup, never SQLite. Each process keeps
+the marks in memory; ``upkeep``, run off the request path when ``upkeep_due`` says so (every
+``refresh_s``), reads what other processes changed (SQLite's ``data_version`` says whether anything
+did; only rows changed since are read) and writes the crawler demand counted since the last time.
 
     index = DirtyIndex(Path("/var/cache/crawlergate/dirty.sqlite3"))
     index.record_stored(key.digest, key.target)
@@ -56,9 +57,6 @@ class IndexUnavailable(CrawlerGateError):
     """The dirty index cannot be read or written now (another process holds it too long, a full disk)."""
 
 
-# Why a page was marked.
-REASONS = ("api", "write-rule", "expiry", "purge", "revalidation")
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pages (
     digest TEXT PRIMARY KEY,
@@ -96,8 +94,10 @@ class DirtyIndex:
         self._dirty: dict[str, float] = {}
         self._seen_seq = 0
         self._data_version = -1
-        self._next_refresh = 0.0
         self._next_warning = 0.0
+        # Upkeep: when it is next due, and whether one is under way (at most one at a time).
+        self._next_upkeep = 0.0
+        self._upkeep_running = False
         # Crawler requests per page since the last flush to the index.
         self._demand: Counter[str] = Counter()
         self._carried: set[str] = set()
@@ -151,34 +151,44 @@ class DirtyIndex:
                 self._connection = None
 
     # the request path
-    def dirty_since(self, digest: str, now: float | None = None) -> float | None:
-        """When the page was marked changed, or None when it is not (this process's view, ``refresh_s`` old at most).
-
-        ``now`` saves a clock reading when the caller has one.
-        """
-        if self._connection is None:
-            return None
-        if (self.clock() if now is None else now) >= self._next_refresh and self._lock.acquire(blocking=False):
-            # Never waits: while another thread writes (and perhaps waits for SQLite), the last view serves.
-            try:
-                self._refresh_locked()
-            except sqlite3.Error as exc:
-                self._warn("read", exc)
-            finally:
-                self._lock.release()
+    def dirty_since(self, digest: str) -> float | None:
+        """When the page was marked changed, or None when it is not (this process's view, as of its last upkeep)."""
         return self._dirty.get(digest)
 
-    # crawler demand
     def count_demand(self, digest: str) -> None:
-        """A crawler asked for this page (counted in memory; ``flush_demand`` writes the counts)."""
+        """A crawler asked for this page (counted in memory; upkeep writes the counts)."""
         self._demand[digest] += 1
 
-    def demand_due(self, now: float) -> bool:
-        """Whether counts wait to be written (every FLUSH_S): the caller then runs flush_demand off its event loop."""
-        if not self._demand or now < self._next_flush:
+    def upkeep_due(self, now: float) -> bool:
+        """Whether ``upkeep`` should run now (every ``refresh_s``, one at a time); the caller runs it off its loop."""
+        if now < self._next_upkeep or self._upkeep_running or self._connection is None:
             return False
-        self._next_flush = now + FLUSH_S
+        self._next_upkeep = now + self.refresh_s
+        self._upkeep_running = True
         return True
+
+    # off the request path
+    def upkeep(self) -> None:
+        """Read the marks other processes made, and write the crawler demand when FLUSH_S has passed."""
+        try:
+            self.refresh()
+            if self.clock() >= self._next_flush:
+                self._next_flush = self.clock() + FLUSH_S
+                self.flush_demand()
+        finally:
+            self._upkeep_running = False
+
+    def refresh(self, *, wait: bool = True) -> None:
+        """Read the rows other processes changed since the last look; ``wait=False`` skips it while a write is
+        under way in this process (the view as it is serves). Failures are logged, at most once a minute."""
+        if not self._lock.acquire(blocking=wait):
+            return
+        try:
+            self._refresh_locked()
+        except sqlite3.Error as exc:
+            self._warn("read", exc)
+        finally:
+            self._lock.release()
 
     def flush_demand(self) -> None:
         """Add the counted crawler requests to each page's demand, which halves every DEMAND_HALF_LIFE_S."""
@@ -238,12 +248,6 @@ class DirtyIndex:
         except sqlite3.Error as exc:
             self._warn("write", exc)
 
-    def forget(self, digest: str) -> None:
-        """The page left the cache (evicted, gone at the origin)."""
-        with self._lock, self._writing() as (database, _):
-            database.execute("DELETE FROM pages WHERE digest = ?", (digest,))
-            self._dirty.pop(digest, None)
-
     def mark(self, digests: Iterable[str], reason: str) -> int:
         """Mark stored pages changed (those the catalogue knows); returns how many are marked.
 
@@ -273,13 +277,7 @@ class DirtyIndex:
     def matching(self, pattern: str) -> list[str]:
         """The digests of the stored pages whose URL (path and query) matches ``pattern`` (see ``UrlPattern``)."""
         compiled = UrlPattern(pattern)
-        try:
-            with self._lock:
-                query = "SELECT digest, target FROM pages WHERE target GLOB ?"
-                rows = self._db().execute(query, (compiled.glob,)).fetchall()
-        except sqlite3.Error as exc:
-            raise IndexUnavailable(f"the dirty index {self.path} cannot be read: {exc}") from None
-        return [digest for digest, target in rows if compiled.matches(target)]
+        return [digest for digest, target in self._targets(compiled.glob) if compiled.matches(target)]
 
     def matching_regex(self, pattern: str) -> list[str]:
         """The digests of the stored pages whose URL (path and query) ``pattern`` matches from its start.
@@ -287,20 +285,19 @@ class DirtyIndex:
         Raises re.error for a pattern that is no regular expression. Reads the whole catalogue.
         """
         compiled = re.compile(pattern)
-        try:
-            with self._lock:
-                rows = self._db().execute("SELECT digest, target FROM pages").fetchall()
-        except sqlite3.Error as exc:
-            raise IndexUnavailable(f"the dirty index {self.path} cannot be read: {exc}") from None
-        return [digest for digest, target in rows if compiled.match(target)]
+        return [digest for digest, target in self._targets("*") if compiled.match(target)]
 
     def dirty_digests(self) -> list[str]:
-        """The pages marked changed, as this process last read them (never waits for the index)."""
-        self.dirty_since("")
+        """The pages marked changed, as this process last read them."""
         return list(self._dirty)
 
-    def dirty_count(self) -> int:
-        return len(self.dirty_digests())
+    def _targets(self, glob: str) -> list[tuple[str, str]]:
+        """(digest, URL) of the stored pages whose URL matches an SQLite GLOB."""
+        try:
+            with self._lock:
+                return self._db().execute("SELECT digest, target FROM pages WHERE target GLOB ?", (glob,)).fetchall()
+        except sqlite3.Error as exc:
+            raise IndexUnavailable(f"the dirty index {self.path} cannot be read: {exc}") from None
 
     def _warn(self, what: str, error: sqlite3.Error) -> None:
         now = time.monotonic()
@@ -331,7 +328,6 @@ class DirtyIndex:
         """Read the rows other processes (or this one) changed since the last look."""
         if self._connection is None:
             return
-        self._next_refresh = self.clock() + self.refresh_s
         (version,) = self._connection.execute("PRAGMA data_version").fetchone()
         if not force and version == self._data_version:
             return

@@ -224,7 +224,7 @@ class GateCore:
         if found is None:
             return Fill(None)
         page = found.page
-        marked = self.dirty.dirty_since(key.digest, now)
+        marked = self.dirty.dirty_since(key.digest)
         if marked is None and not page.is_expired(now):
             return found
         stale_since = page.expires_at if marked is None else min(marked, page.expires_at)
@@ -233,10 +233,10 @@ class GateCore:
         return Fill(page)
 
     def note_demand(self, key: CacheKey, now: float) -> bool:
-        """Count a crawler's request for ``key``; True when the counts are due to be written (``dirty.flush_demand``,
-        off the event loop)."""
+        """Count a crawler's request for ``key``; True when the dirty index's upkeep is due (``dirty.upkeep``, to be
+        run off the event loop)."""
         self.dirty.count_demand(key.digest)
-        return self.dirty.demand_due(now)
+        return self.dirty.upkeep_due(now)
 
     def store(self, key: CacheKey, page: Page, fetched_at: float | None = None) -> None:
         """Keep a filled page in both levels and in the catalogue of the dirty index: no longer dirty,
@@ -256,8 +256,11 @@ class GateCore:
 
     def stats(self) -> dict[str, object]:
         data = self.metrics.snapshot()
-        # Marked pages the cache still holds (an evicted page's mark stays in the index until it returns).
-        data["dirty"] = sum(1 for digest in self.dirty.dirty_digests() if self.cache.l2.contains(digest))
+        # Marked pages the cache still holds (an evicted page's mark stays in the index until it returns); a
+        # page another worker stored may not be in this worker's L2 index yet: its file says.
+        self.dirty.refresh(wait=False)
+        l2 = self.cache.l2
+        data["dirty"] = sum(1 for d in self.dirty.dirty_digests() if l2.contains(d) or l2.path_for(d).exists())
         data["l1"] = {"backend": type(self.cache.l1).__name__}
         data["l2"] = {"pages": len(self.cache.l2), "bytes": self.cache.l2.used_bytes}
         return data
