@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -123,9 +124,9 @@ def _healthz(client: httpx.Client) -> bool:
     return client.get("/_crawlergate/healthz").status_code == 200
 
 
-def _serve(origin: str, public_url: str, port: int, folder: Path) -> Service:
+def _serve(origin: str, public_url: str, port: int, folder: Path, extra: tuple[str, ...] = ()) -> Service:
     argv = [sys.executable, "-m", "crawlergate", "serve", "--origin", origin, "--public-url", public_url]
-    argv += ["--port", str(port), "--cache-dir", str(folder / "l2")]
+    argv += ["--port", str(port), "--cache-dir", str(folder / "l2"), *extra]
     return Service("crawlergate-serve", argv, port=port, log_dir=folder, probe=_healthz)
 
 
@@ -221,15 +222,16 @@ def start_django_origin(db_template: Path, folder: Path, *, tls: bool = False) -
     return Origin("django", service, public_url, gate_port, folder)
 
 
-def gate_in_front(name: str, origin: Origin, *, own_origin: bool = False) -> Site:
+def gate_in_front(name: str, origin: Origin, *, own_origin: bool = False, extra: tuple[str, ...] = ()) -> Site:
     """``crawlergate serve`` on the port the origin was told is public.
 
-    ``own_origin``: the origin belongs to this set-up and stops with it; otherwise it is shared.
+    ``own_origin``: the origin belongs to this set-up and stops with it; otherwise it is shared. ``extra``:
+    more ``serve`` arguments.
     """
     port = origin.gate_port.release()
     gate_url = f"http://127.0.0.1:{port}"
     site = Site(name, origin.kind, gate_url, origin.public_url, origin.service.url, crawl_skip=origin.crawl_skip)
-    gate = _serve(origin.service.url, origin.public_url, port, origin.folder / name)
+    gate = _serve(origin.service.url, origin.public_url, port, origin.folder / name, extra)
     if own_origin:
         site.services = [origin.service, gate]
     else:
@@ -394,6 +396,29 @@ def test_person_logs_in_posts_uploads_and_logs_out(site: Site) -> None:
     with people.Person(site.gate_url, via_gate=True) as person:
         (people.trac_person if site.kind == "trac" else people.django_person)(person)
         print(f"{site.name}: the person's visit\n{person.history()}")
+
+
+def test_trac_write_rules_mark_what_a_person_changed(trac_project: trac_site.TracProject, tmp_path: Path) -> None:
+    """The Trac profile's write rules, in front of a real Trac: a new ticket and an attachment mark the
+    timeline; crawlers keep the stored timeline (its age growing) instead of the origin paying for it."""
+    origin = start_trac_origin(trac_project, tmp_path)
+    site = gate_in_front("trac-profile", origin, own_origin=True, extra=("--site", "trac"))
+    try:
+        with no_cookies_client(site.gate_url, GOOGLEBOT) as crawler:
+            stored = crawler.get("/timeline")
+            assert crawler.get("/timeline").headers["x-crawlergate"] == "l1-hit", "the timeline is not stored"
+        with people.Person(site.gate_url, via_gate=True) as person:
+            people.trac_person(person)
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{site.gate_url}/_crawlergate/stats").json()["dirty"] < 1:  # marked off the request path
+            assert time.monotonic() < deadline, "no page was marked changed"
+            time.sleep(0.1)
+        with no_cookies_client(site.gate_url, GOOGLEBOT) as crawler:
+            kept = crawler.get("/timeline")
+        assert kept.headers["x-crawlergate"] == "l1-hit" and kept.text == stored.text
+        assert "age" in kept.headers
+    finally:
+        site.stop()
 
 
 # --- TLS front ----------------------------------------------------------------------------------------
