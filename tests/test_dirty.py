@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import socket
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,12 +17,14 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
+import crawlergate.gate.dirty as dirty_module
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.adapters.wsgi import CrawlerGateWSGI
 from crawlergate.cli import main
 from crawlergate.config import AdminSettings, CacheSettings, L2Settings, Settings
 from crawlergate.demo.forum import create_forum
 from crawlergate.demo.seed import seed_database
+from crawlergate.errors import ConfigError
 from crawlergate.gate.dirty import DirtyIndex
 from tests.conftest import ServerThread
 
@@ -111,7 +115,7 @@ def test_dirty_marks_survive_a_restart_and_reach_other_processes(tmp_path: Path)
 def test_dirty_index_in_an_unusable_folder_is_a_config_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(Exception, match="not usable"):
+    with pytest.raises(ConfigError, match="not usable"):
         DirtyIndex(blocker / "dirty.sqlite3").start()
 
 
@@ -255,7 +259,9 @@ async def test_write_rule_a_reply_marks_its_thread_and_crawlers_keep_the_stored_
         clock.now += 120
         again = await crawler.get("/showthread.php?t=5", headers=GOOGLEBOT)
         assert again.headers["x-crawlergate"] == "l1-hit" and again.text == stored.text
-        assert int(again.headers["age"]) >= 120
+        clock.now += 60
+        later = await crawler.get("/showthread.php?t=5", headers=GOOGLEBOT)
+        assert int(again.headers["age"]) >= 120 and int(later.headers["age"]) == int(again.headers["age"]) + 60
         assert gate.core.dirty.dirty_since(gate.core.key_for_url("/showthread.php?t=50").digest) is None  # type: ignore[union-attr]
         refused = await crawler.post("/newreply.php", data={"t": "7"})  # a guest's reply fails: nothing marked
         await gate.drain()
@@ -339,14 +345,11 @@ def test_dirty_a_mark_during_a_fill_survives_the_store(index: DirtyIndex) -> Non
     assert index.dirty_since("d") is None
 
 
-def test_dirty_a_busy_index_never_fails_a_fill_nor_waits_on_the_request_path(tmp_path: Path) -> None:
-    import sqlite3
-    import time
-
-    import crawlergate.gate.dirty as dirty_module
-
+def test_dirty_a_busy_index_never_fails_a_fill_nor_waits_on_the_request_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "dirty.sqlite3"
-    original, dirty_module.WAIT_S = dirty_module.WAIT_S, 0.2
+    monkeypatch.setattr(dirty_module, "WAIT_S", 0.2)
     index = DirtyIndex(path, refresh_s=0)
     index.start()
     index.record_stored("d", "/t/1")
@@ -359,7 +362,6 @@ def test_dirty_a_busy_index_never_fails_a_fill_nor_waits_on_the_request_path(tmp
         with pytest.raises(dirty_module.IndexUnavailable):
             index.mark(["d"], "api")
     finally:
-        dirty_module.WAIT_S = original
         other.execute("ROLLBACK")
         other.close()
         index.close()

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+import anyio
 import httpx
 import pytest
 
@@ -77,8 +78,6 @@ class Site:
                 break
         method, path, query = scope["method"], scope["path"], scope["query_string"].decode()
         if path == "/slow":  # the wait must not hold the event loop
-            import anyio
-
             status, headers, content = await anyio.to_thread.run_sync(self.answer, method, path, query, body)
         else:
             status, headers, content = self.answer(method, path, query, body)

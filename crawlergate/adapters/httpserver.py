@@ -42,17 +42,18 @@ class _HeadJoiningTransport:
     one write; a response without body bytes (HEAD, 304) releases it when it completes.
     """
 
-    __slots__ = ("_transport", "_protocol", "_held", "_held_for", "__dict__")
-
     def __init__(self, transport: asyncio.Transport, protocol: HttpToolsProtocol) -> None:
         self._transport = transport
         self._protocol = protocol
         self._held: bytes | None = None
         self._held_for: object = None
-        # The transport's own methods, bound once: looked up through __getattr__ on every call they would
-        # cost more than the write they save.
-        for name in ("is_closing", "get_extra_info", "pause_reading", "resume_reading", "get_write_buffer_size"):
-            setattr(self, name, getattr(transport, name))
+        # The transport's own methods uvicorn calls per request, bound once: looked up through __getattr__ on
+        # every call they would cost more than the write they save.
+        self.is_closing = transport.is_closing
+        self.get_extra_info = transport.get_extra_info
+        self.pause_reading = transport.pause_reading
+        self.resume_reading = transport.resume_reading
+        self.get_write_buffer_size = transport.get_write_buffer_size
 
     def write(self, data: bytes) -> None:
         cycle = self._protocol.cycle

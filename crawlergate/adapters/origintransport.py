@@ -315,7 +315,7 @@ class OriginTransport(httpx.AsyncBaseTransport):
         try:
             return await self._exchange(method, address, target, headers, body, timeouts)
         except BaseException:
-            self._slots.release()
+            self._slots.release()  # an answer holds its slot until aclose(); no answer, no slot
             raise
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -349,9 +349,7 @@ class OriginTransport(httpx.AsyncBaseTransport):
         if self._keep_alive and connection.reusable and not connection.closed:
             self._idle.setdefault(connection.address, []).append(connection)
             return
-        self._open.discard(connection)
-        if connection.transport is not None:
-            connection.transport.close()
+        self._discard(connection)
 
     async def _exchange(
         self,
@@ -364,11 +362,11 @@ class OriginTransport(httpx.AsyncBaseTransport):
     ) -> OriginAnswer:
         framing = b""
         chunked = False
-        if isinstance(body, bytes) and not _has(headers, b"content-length"):
-            framing = b"Content-Length: %d" % len(body)
-        elif body is not None and not isinstance(body, bytes) and not _has(headers, b"content-length"):
-            chunked = True
-            framing = b"Transfer-Encoding: chunked"
+        if body is not None and not _has(headers, b"content-length"):
+            if isinstance(body, bytes):
+                framing = b"Content-Length: %d" % len(body)
+            else:
+                chunked, framing = True, b"Transfer-Encoding: chunked"
         head = _request_head(method, target, headers, address, keep_alive=self._keep_alive, framing=framing)
         for attempt in (1, 2):
             connection, reused = await self._connection(address, timeouts.get("connect"))

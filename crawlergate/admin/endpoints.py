@@ -19,7 +19,7 @@ import anyio
 from starlette.types import Receive, Scope, Send
 
 from crawlergate.errors import CrawlerGateError
-from crawlergate.gate.answer import Response, send_response
+from crawlergate.gate.answer import Response, json_response, send_response
 from crawlergate.gate.forwarded import TrustedProxies
 
 
@@ -51,7 +51,7 @@ class AdminEndpoints:
                 message = await receive()
                 body += message.get("body", b"")
                 if len(body) > MAX_BODY_BYTES:
-                    await send_response(send, _json(413, {"error": f"the body is over {MAX_BODY_BYTES} bytes"}))
+                    await send_response(send, json_response(413, {"error": f"the body is over {MAX_BODY_BYTES} bytes"}))
                     return
                 if message["type"] == "http.disconnect" or not message.get("more_body", False):
                     break
@@ -72,17 +72,17 @@ class AdminEndpoints:
     ) -> Response:
         name = path[len(self.prefix) :].strip("/")
         if len(body) > MAX_BODY_BYTES:
-            return _json(413, {"error": f"the body is over {MAX_BODY_BYTES} bytes"})
+            return json_response(413, {"error": f"the body is over {MAX_BODY_BYTES} bytes"})
         if name == "healthz":
-            return _json(200, {"status": "ok"})
+            return json_response(200, {"status": "ok"})
         if not self._allowed(client_host, headers):
-            return _json(403, {"error": "admin endpoints answer loopback clients or a valid bearer token"})
+            return json_response(403, {"error": "admin endpoints answer loopback clients or a valid bearer token"})
         if name == "invalidate" and self._invalidate is not None:
             return self._invalidation(method, headers, body)
         if name in ("stats", "metrics") and method not in ("GET", "HEAD"):
-            return _json(405, {"error": "use GET"}, extra=[(b"allow", b"GET, HEAD")])
+            return json_response(405, {"error": "use GET"}, extra=[(b"allow", b"GET, HEAD")])
         if name == "stats":
-            return _json(200, self._stats())
+            return json_response(200, self._stats())
         if name == "metrics" and self._prometheus is not None:
             text = self._prometheus().encode()
             headers = [
@@ -93,30 +93,34 @@ class AdminEndpoints:
             ]
             return 200, headers, text
         endpoints = ["stats", "metrics", "healthz", "invalidate"]
-        return _json(404, {"error": f"no admin endpoint {name!r}", "endpoints": endpoints})
+        return json_response(404, {"error": f"no admin endpoint {name!r}", "endpoints": endpoints})
 
     def _invalidation(self, method: str, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> Response:
         assert self._invalidate is not None
         if method != "POST":
-            return _json(405, {"error": "use POST"}, extra=[(b"allow", b"POST")])
+            return json_response(405, {"error": "use POST"}, extra=[(b"allow", b"POST")])
         if not self._token:
-            return _json(403, {"error": "invalidate needs the setting admin.token (CRAWLERGATE_ADMIN_TOKEN)"})
+            return json_response(403, {"error": "invalidate needs the setting admin.token (CRAWLERGATE_ADMIN_TOKEN)"})
         if not self._has_token(headers):
-            return _json(401, {"error": "invalidate needs Authorization: Bearer <admin token>"}, extra=_CHALLENGE)
+            return json_response(
+                401, {"error": "invalidate needs Authorization: Bearer <admin token>"}, extra=_CHALLENGE
+            )
         try:
             request = json.loads(body or b"{}")
         except (ValueError, RecursionError):
-            return _json(400, {"error": 'the body must be JSON: {"urls": [...], "patterns": [...]}'})
+            return json_response(400, {"error": 'the body must be JSON: {"urls": [...], "patterns": [...]}'})
         urls = _strings(request.get("urls", []) if isinstance(request, dict) else None)
         patterns = _strings(request.get("patterns", []) if isinstance(request, dict) else None)
         if urls is None or patterns is None:
-            return _json(400, {"error": '"urls" and "patterns" must be lists of strings, e.g. {"urls": ["/t/1"]}'})
+            return json_response(
+                400, {"error": '"urls" and "patterns" must be lists of strings, e.g. {"urls": ["/t/1"]}'}
+            )
         if len(patterns) > MAX_PATTERNS:
-            return _json(400, {"error": f"at most {MAX_PATTERNS} patterns a request"})
+            return json_response(400, {"error": f"at most {MAX_PATTERNS} patterns a request"})
         try:
-            return _json(200, {"marked": self._invalidate(urls, patterns)})
+            return json_response(200, {"marked": self._invalidate(urls, patterns)})
         except CrawlerGateError as exc:
-            return _json(503, {"error": str(exc)}, extra=[(b"retry-after", b"5")])
+            return json_response(503, {"error": str(exc)}, extra=[(b"retry-after", b"5")])
 
     def _allowed(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> bool:
         # Behind an nginx on the same host every peer is loopback: the forwarded client is what counts.
@@ -157,14 +161,3 @@ def _is_loopback(host: str | None) -> bool:
         return ipaddress.ip_address(host.removeprefix("::ffff:")).is_loopback
     except ValueError:
         return False
-
-
-def _json(status: int, body: dict[str, Any], extra: list[tuple[bytes, bytes]] | None = None) -> Response:
-    data = json.dumps(body, indent=2, sort_keys=True).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", b"%d" % len(data)),
-        (b"cache-control", b"no-store"),
-        (b"x-crawlergate", b"pass"),
-    ]
-    return status, headers + (extra or []), data

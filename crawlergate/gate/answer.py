@@ -8,8 +8,9 @@ the body decompressed. ``If-None-Match`` (weak comparison, RFC 9110 13.1.2) wins
 from __future__ import annotations
 
 import functools
+import json
 from email.utils import formatdate
-from typing import Protocol
+from typing import Any, Protocol
 
 from starlette.types import Send
 
@@ -66,6 +67,20 @@ def plain_response(status: int, body: bytes, *, outcome: bytes | None, retry_aft
     if retry_after is not None:
         headers.append((b"retry-after", retry_after))
     return status, headers, body
+
+
+def json_response(
+    status: int, body: dict[str, Any], *, extra: list[tuple[bytes, bytes]] | None = None, indent: int | None = 2
+) -> Response:
+    """A JSON answer of crawlergate's own (admin endpoints, PURGE); never cached."""
+    data = json.dumps(body, indent=indent, sort_keys=True).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(data)),
+        (b"cache-control", b"no-store"),
+        (b"x-crawlergate", b"pass"),
+    ]
+    return status, headers + (extra or []), data
 
 
 async def send_response(send: Send, response: Response) -> None:

@@ -12,7 +12,6 @@ fresh; may a response be stored and for how long.
 from __future__ import annotations
 
 import enum
-import json
 import re
 import threading
 import time
@@ -25,7 +24,7 @@ from crawlergate.cache import Found, TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
 from crawlergate.errors import OriginError, OriginTimeout
-from crawlergate.gate.answer import Response, page_response, plain_response
+from crawlergate.gate.answer import Response, json_response, page_response, plain_response
 from crawlergate.gate.dirty import DirtyIndex, IndexUnavailable
 from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.gate.origin import OriginResponse, PageTooLarge, PublicSite
@@ -297,10 +296,10 @@ class GateCore:
         client = self.client_address(peer, headers)
         if client is None or client not in self._purgers:
             return plain_response(403, b"PURGE is not allowed from this address.\n", outcome=b"pass")
-        target = raw_path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
         regex = any(name == b"x-purge-method" and value.strip().lower() == b"regex" for name, value in headers)
         try:
             if regex:
+                target = raw_path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
                 marked = self.dirty.mark(self.dirty.matching_regex(unquote(target)), "purge")
             else:
                 key = self.keys.key_for(raw_path, query)  # the bytes as they came: no second encoding
@@ -310,9 +309,7 @@ class GateCore:
             return plain_response(400, message, outcome=b"pass")
         except IndexUnavailable as exc:
             return plain_response(503, f"{exc}\n".encode(), outcome=b"pass", retry_after=b"5")
-        body = json.dumps({"marked": marked}).encode()
-        headers_out = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        return 200, [*headers_out, (b"cache-control", b"no-store"), (b"x-crawlergate", b"pass")], body
+        return json_response(200, {"marked": marked}, indent=None)
 
     def after_write(self, method: str, path: str, query: bytes, form: dict[str, str] | None) -> int:
         """Mark the pages a successful unsafe request changed, by the write rules; returns how many."""
