@@ -16,7 +16,7 @@ import logging
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -156,6 +156,15 @@ class TwoLevelCache:
         data = page.to_bytes()
         self._put(self.l2, key, data, "crawler")
         self._put(self.l1, key, data, "crawler")
+
+    def forget_local(self, digests: Iterable[str]) -> None:
+        """Another process stored (or removed) these pages: drop the copies this process holds in memory (the
+        embedded L1, the decoded copies of a remote L1), so the next request reads the new one."""
+        for digest in digests:
+            self._forget(digest)
+            self._l2_in_use.pop(digest, None)
+            if isinstance(self.l1, MemoryStore):
+                self.l1.delete(digest)
 
     def touch_local_l1(self, key: CacheKey) -> bool:
         """Refresh the page's L1 recency when L1 is in this process (microseconds, no I/O); False otherwise."""

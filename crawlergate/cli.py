@@ -174,6 +174,32 @@ def _parser() -> argparse.ArgumentParser:
     _add_settings_flags(warm, cache=True)
     warm.set_defaults(handler=_run_warm)
 
+    regenerate = commands.add_parser(
+        "regenerate",
+        help="fetch changed pages again now, within the origin's budget",
+        description="Run one regeneration pass now: fetch the pages marked changed (default), every stored page "
+        "(--all) or the given URLs as the gate's guest fills do, most wanted by crawlers first, within the "
+        "[regenerate] budget (concurrency, rate, pages, time). Takes serve's settings flags, so it acts on the "
+        "caches of a running gate; one pass at a time (the scheduled window waits for it, and it for the window).",
+    )
+    regenerate.add_argument("urls", nargs="*", metavar="URL", help="pages to fetch again, as /path?query or full URLs")
+    chosen = regenerate.add_mutually_exclusive_group()
+    chosen.add_argument("--dirty", action="store_true", help="the pages marked changed (the default)")
+    chosen.add_argument("--all", action="store_true", help="every page the cache holds")
+    regenerate.add_argument(
+        "--revalidate",
+        action="store_true",
+        help="then re-fetch pages with no change signal by their optimal rates, as the scheduled window does",
+    )
+    regenerate.add_argument("--concurrency", type=_positive_int, help="fetches at once (regenerate.concurrency)")
+    regenerate.add_argument("--rate", type=_non_negative_float, help="fetches a second, 0: no limit (regenerate.rate)")
+    regenerate.add_argument("--max-pages", type=_non_negative_int, help="pages at most, 0: no limit")
+    regenerate.add_argument("--max-seconds", type=_positive_float, help="start no fetch after this long")
+    regenerate.add_argument("--json", type=Path, metavar="FILE", help="also write the summary as JSON")
+    _add_site_flags(regenerate)
+    _add_settings_flags(regenerate, cache=True)
+    regenerate.set_defaults(handler=_run_regenerate)
+
     invalidate = commands.add_parser(
         "invalidate",
         help="mark pages changed on a running gate (served until regenerated)",
@@ -454,6 +480,72 @@ def _run_warm(args: argparse.Namespace) -> int:
     )
     if args.json:
         args.json.write_text(json.dumps(data, indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+def _run_regenerate(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from crawlergate.adapters.proxy import create_app
+    from crawlergate.regenerate.regenerator import PassSummary, Selection
+
+    overrides = _flag_overrides(args)
+    for flag, key in (("concurrency", "concurrency"), ("rate", "rate"), ("max_pages", "max_pages")):
+        if getattr(args, flag) is not None:
+            overrides[f"regenerate.{key}"] = getattr(args, flag)
+    if args.max_seconds is not None:
+        overrides["regenerate.max_seconds"] = args.max_seconds
+    settings = _settings(args, overrides)
+    if args.all and args.urls:
+        raise CrawlerGateError("Give --all or URLs, not both.")
+    selection = Selection(
+        dirty=args.dirty or not (args.all or args.urls),
+        all_pages=args.all,
+        urls=tuple(args.urls),
+        revalidate=args.revalidate,
+    )
+
+    async def run() -> PassSummary:
+        gate = create_app(settings)
+        gate.start()
+        job = gate.regeneration
+        try:
+            holder = await asyncio.to_thread(job.lease.take)
+            if holder is not None:
+                raise CrawlerGateError(f"Another regeneration pass is running ({holder}); try again when it ends.")
+            try:
+                with Progress("regenerating", total=0, unit=" pages") as progress:
+
+                    def show(done: int, total: int) -> None:
+                        progress.total = total
+                        progress.update(done)
+
+                    summary = await job.regenerator.run(selection, on_progress=show)
+                await asyncio.to_thread(job.state.record_window, summary.as_dict(), scheduled_start=None)
+            finally:
+                await asyncio.to_thread(job.lease.release)
+        finally:
+            await gate.app.aclose()  # type: ignore[attr-defined]
+            gate.filler.close()
+            gate.core.close()
+            job.state.close()
+        return summary
+
+    summary = asyncio.run(run())
+    print(
+        f"regenerate: {summary.pages:,} pages fetched: {summary.changed:,} changed, {summary.unchanged:,} unchanged "
+        f"(same ETag), {summary.removed:,} removed (404/410), {summary.not_stored:,} not storable, "
+        f"{summary.errors:,} origin errors; {summary.revalidated:,} revalidated ({summary.revalidations_changed:,} "
+        f"had changed); {summary.remaining:,} marked pages wait for the next window; {summary.seconds:.1f} s "
+        f"({summary.stopped}), origin time {summary.origin_seconds:.1f} s"
+    )
+    for sample in summary.error_samples:
+        print(f"  error: {sample}")
+    if args.json:
+        args.json.write_text(json.dumps(summary.as_dict(), indent=2, sort_keys=True))
+    if summary.pages and summary.errors == summary.pages:
+        print("crawlergate: the origin answered none of the pass's requests", file=sys.stderr)
+        return EXIT_FAILURE
     return EXIT_OK
 
 
@@ -784,3 +876,5 @@ def _number_argument(convert: Callable[[str], Any], accept: Callable[[Any], bool
 _positive_int = _number_argument(int, lambda value: value > 0, "a positive integer")
 _positive_float = _number_argument(float, lambda value: value > 0, "a positive number")
 _fraction = _number_argument(float, lambda value: 0 <= value <= 1, "a number from 0 to 1")
+_non_negative_int = _number_argument(int, lambda value: value >= 0, "0 or a positive integer")
+_non_negative_float = _number_argument(float, lambda value: value >= 0, "0 or a positive number")

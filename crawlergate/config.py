@@ -17,6 +17,7 @@ import os
 import re
 import tomllib
 import typing
+import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -364,6 +365,49 @@ class AdminSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RegenerateSettings:
+    """Off-peak regeneration of changed pages, and revalidation of pages with no change signal."""
+
+    enabled: bool = True
+    # "auto": the quietest hour of human traffic the gate has counted (04:00 until a day is counted);
+    # "HH:MM" every day; or a five-field cron expression ("30 3 * * 1-5").
+    window: str = "auto"
+    # Empty: the machine's local time zone; else an IANA name such as Europe/Paris or UTC.
+    timezone: str = ""
+    # The window's length: a pass stops starting fetches this long after the window opened.
+    max_seconds: float = 3600.0
+    # Pages a window fetches at most (changed pages first, then revalidations); 0: as many as time allows.
+    max_pages: int = 0
+    # Fetches at once, and a second, at most: what the origin bears beside its people.
+    concurrency: int = 2
+    rate: float = 10.0
+    # Fewer fetches at once when the origin's answers take this many times their normal time.
+    backoff_factor: float = 2.0
+    # Pages with no change signal re-fetched a window, chosen by Azar et al.'s optimal rates (0: none).
+    revalidate_pages: int = 1000
+    # How often each worker looks whether a window is open (and writes the human requests it counted).
+    check_seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        window = self.window.strip()
+        if window != "auto" and not re.fullmatch(r"([01]?\d|2[0-3]):[0-5]\d", window) and len(window.split()) != 5:
+            _fail("regenerate.window", self.window, "Must be 'auto', a time such as 04:30, or a cron expression.")
+        if self.timezone:
+            try:
+                zoneinfo.ZoneInfo(self.timezone)
+            except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+                rule = "Must be empty (local time) or a zone such as Europe/Paris."
+                _fail("regenerate.timezone", self.timezone, rule)
+        _require(self.max_seconds > 0, "regenerate.max_seconds", self.max_seconds, "Must be a positive number.")
+        _require(self.max_pages >= 0, "regenerate.max_pages", self.max_pages, "Must be 0 (no limit) or more.")
+        _require(self.concurrency >= 1, "regenerate.concurrency", self.concurrency, "Must be at least 1.")
+        _require(self.rate >= 0, "regenerate.rate", self.rate, "Must be 0 (no limit) or a positive number.")
+        _require(self.backoff_factor > 1, "regenerate.backoff_factor", self.backoff_factor, "Must be more than 1.")
+        _require(self.check_seconds > 0, "regenerate.check_seconds", self.check_seconds, "Must be a positive number.")
+        _require(self.revalidate_pages >= 0, "regenerate.revalidate_pages", self.revalidate_pages, "Must be 0 or more.")
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """All of crawlergate's configuration, one section per component."""
 
@@ -373,6 +417,7 @@ class Settings:
     l2: L2Settings = field(default_factory=L2Settings)
     cache: CacheSettings = field(default_factory=CacheSettings)
     admin: AdminSettings = field(default_factory=AdminSettings)
+    regenerate: RegenerateSettings = field(default_factory=RegenerateSettings)
 
     @property
     def l1_namespace(self) -> str:
@@ -446,6 +491,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "l2": L2Settings,
     "cache": CacheSettings,
     "admin": AdminSettings,
+    "regenerate": RegenerateSettings,
 }
 
 

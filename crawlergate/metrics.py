@@ -119,6 +119,11 @@ class Metrics:
         """``record`` with the TTFB measured from ``started``, a ``time.perf_counter()`` reading."""
         self.record(kind, outcome, (time.perf_counter() - started) * 1000)
 
+    def requests(self, kind: str) -> int:
+        """Requests of class ``kind`` answered so far."""
+        with self._lock:
+            return sum(self.classes[kind].outcomes.values())
+
     def count_prefetch(self) -> None:
         self.classes["human"].prefetches += 1
 
@@ -129,8 +134,11 @@ class Metrics:
     def count_store_error(self, kind: str) -> None:
         self.classes[kind].store_errors += 1
 
-    def prometheus(self, gauges: dict[str, float] | None = None) -> str:
-        """The counters in the Prometheus text exposition format (version 0.0.4)."""
+    def prometheus(
+        self, gauges: dict[str, float] | None = None, more_counters: dict[str, tuple[str, int]] | None = None
+    ) -> str:
+        """The counters in the Prometheus text exposition format (version 0.0.4); ``more_counters`` adds others
+        (name: (help, value)), kept elsewhere."""
         lines = [
             "# HELP crawlergate_requests_total Requests answered, by class and X-Crawlergate outcome.",
             "# TYPE crawlergate_requests_total counter",
@@ -159,7 +167,7 @@ class Metrics:
                     self.classes["human"].prefetches,
                 ),
             }
-            for key, (text, count) in counters_of_process.items():
+            for key, (text, count) in (counters_of_process | (more_counters or {})).items():
                 lines += [f"# HELP {key} {text}", f"# TYPE {key} counter", f"{key} {count}"]
             lines += ["# HELP crawlergate_store_errors_total Cache store failures treated as misses.",
                       "# TYPE crawlergate_store_errors_total counter"]  # fmt: skip
@@ -170,7 +178,7 @@ class Metrics:
             for reason, count in sorted(self.not_stored.items()):
                 lines.append(f'crawlergate_not_stored_total{{reason="{reason}"}} {count}')
         for key, gauge in (gauges or {}).items():
-            lines += [f"# TYPE {key} gauge", f"{key} {gauge:g}"]
+            lines += [f"# TYPE {key} gauge", f"{key} {gauge:.15g}"]
         return "\n".join(lines) + "\n"
 
     def snapshot(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from crawlergate.errors import CrawlerGateError, OriginError
 from crawlergate.gate.engine import Unstored
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
+from crawlergate.regenerate.budget import Pacing
 
 # Sitemaps (index files included) read at most, and nesting followed at most (the protocol allows one level).
 MAX_SITEMAPS = 1000
@@ -76,7 +77,7 @@ async def warm(
     todo = [key for key in keys.values() if not gate.cache.l2.contains(key.digest)]
     summary.skipped = summary.pages - len(todo)
     slots = asyncio.Semaphore(concurrency)
-    pacing = _Pacing(rate)
+    pacing = Pacing(rate)
     done = 0
 
     async def fill(key: CacheKey) -> None:
@@ -107,24 +108,6 @@ def _count(summary: WarmSummary, result: Page | Unstored) -> None:
         return
     for label in dict.fromkeys(label for label, _ in result.verdict.reasons):
         summary.not_stored[label] += 1
-
-
-class _Pacing:
-    """Starts at most ``rate`` fetches a second (none when 0)."""
-
-    def __init__(self, rate: float) -> None:
-        self._interval = 1.0 / rate if rate > 0 else 0.0
-        self._next = 0.0
-        self._lock = asyncio.Lock()
-
-    async def wait(self) -> None:
-        if not self._interval:
-            return
-        async with self._lock:
-            now = time.monotonic()
-            if self._next > now:
-                await asyncio.sleep(self._next - now)
-            self._next = max(now, self._next) + self._interval
 
 
 async def sitemap_urls(url: str, *, timeout_s: float = 30.0) -> list[str]:

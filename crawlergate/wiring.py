@@ -9,7 +9,7 @@ build their gate here, so a setting means the same thing however the gate runs.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from crawlergate.cache import TwoLevelCache
@@ -17,9 +17,14 @@ from crawlergate.classify import Classifier
 from crawlergate.config import Settings
 from crawlergate.gate.dirty import DirtyIndex
 from crawlergate.gate.engine import GateCore
+from crawlergate.gate.fill import Filler
+from crawlergate.gate.origin import OriginResponse
 from crawlergate.gate.writes import WriteRules
-from crawlergate.keys import KeyMaker
+from crawlergate.keys import CacheKey, KeyMaker
 from crawlergate.metrics import Metrics
+from crawlergate.regenerate.regenerator import Regenerator
+from crawlergate.regenerate.schedule import Lease, OffPeakJob, Window
+from crawlergate.regenerate.state import RegenerationState
 from crawlergate.rules import load_site_profiles
 from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore
@@ -51,6 +56,34 @@ def build_core(
         writes=WriteRules(rule for profile in profiles for rule in profile.writes),
         clock=clock,
     )
+
+
+def build_regeneration(
+    core: GateCore,
+    filler: Filler,
+    fetch: Callable[[CacheKey], Awaitable[OriginResponse]],
+    *,
+    clock: Callable[[], float] = time.time,
+) -> OffPeakJob:
+    """A gate's regeneration: the pass, its records, the window and the lease; its figures join the gate's stats."""
+    settings = core.settings
+    state = RegenerationState(settings.cache_dir / DIRTY_INDEX_FILE, clock=clock)
+    regenerator = Regenerator(core, filler, fetch, state, settings.regenerate)
+    # A lease outlives the longest pass: the window, then the fetches under way when it closed.
+    lease_s = settings.regenerate.max_seconds + settings.cache.fill_timeout_seconds + 60
+    lease = Lease(state, core.cache.l1, ttl_s=lease_s)
+    job = OffPeakJob(
+        regenerator,
+        state,
+        Window(settings.regenerate, state, clock=clock),
+        lease,
+        core.metrics,
+        revalidate=settings.regenerate.revalidate_pages > 0,
+        clock=clock,
+    )
+    core.more_stats = lambda: {"regeneration": job.status()}
+    core.more_metrics = job.prometheus
+    return job
 
 
 def build_cache(settings: Settings, metrics: Metrics) -> TwoLevelCache:

@@ -37,7 +37,8 @@ from crawlergate.gate.origin import AsgiOrigin, OriginResponse, PublicSite
 from crawlergate.gate.writes import FORM_BYTES, FORM_TYPES, form_fields
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
-from crawlergate.wiring import build_core
+from crawlergate.regenerate.schedule import Scheduler, start_async_scheduler
+from crawlergate.wiring import build_core, build_regeneration
 
 
 async def _answer(
@@ -85,10 +86,33 @@ class CrawlerGateMiddleware:
         self.filler = Filler(self.core)
         self.admin = self.core.admin
         self._background: set[asyncio.Task[object]] = set()
+        # The site as the last crawler's request named it: what a mounted gate without public_url regenerates as.
+        self._arrived_at: PublicSite | None = None
+        self.regeneration = build_regeneration(self.core, self.filler, self._fetch_for_regeneration, clock=clock)
+        self._scheduler: Scheduler | None = None
+        self._scheduling = False
 
     def start(self) -> None:
         """Prepare the stores (create the L2 directory); raises ConfigError when it is unusable."""
         self.core.start()
+        self.regeneration.state.start()
+
+    def _start_schedule(self) -> None:
+        """Start the off-peak job on the running loop (at startup, or at the first request of an app without a
+        lifespan, such as Django's)."""
+        self._scheduling = True
+        if self.settings.regenerate.enabled:
+            self.start()
+            self._scheduler = start_async_scheduler(self.regeneration)
+
+    async def _stop_schedule(self) -> None:
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+        task = self.regeneration.task
+        if task is not None and not task.done():
+            task.cancel()  # the pass stops between pages: marks stay until a page's new copy is stored
+            await asyncio.gather(task, return_exceptions=True)
 
     async def drain(self) -> None:
         """Wait for background work (prefetches) to finish, e.g. before shutdown."""
@@ -110,6 +134,8 @@ class CrawlerGateMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if not self._scheduling:
+            self._start_schedule()
         started = time.perf_counter()
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
         decision = self.core.decide(
@@ -185,11 +211,17 @@ class CrawlerGateMiddleware:
     def _fetch(self, key: CacheKey, scope: Scope) -> Awaitable[OriginResponse]:
         """The guest sub-request for the visitor of ``scope``."""
         client, server = scope.get("client"), scope.get("server")
+        if server:
+            self._arrived_at = PublicSite.from_server(scope.get("scheme", "http"), server)
         return self.origin.fetch_guest(
             key.target,
             client=self.core.client_address(client[0] if client else None, scope["headers"]),
-            arrived_at=PublicSite.from_server(scope.get("scheme", "http"), server) if server else None,
+            arrived_at=self._arrived_at if server else None,
         )
+
+    def _fetch_for_regeneration(self, key: CacheKey) -> Awaitable[OriginResponse]:
+        """A regeneration's guest sub-request: no visitor, the site as configured (or as crawlers last named it)."""
+        return self.origin.fetch_guest(key.target, client=None, arrived_at=self._arrived_at)
 
     async def _pass(self, scope: Scope, receive: Receive, send: Send, kind: str, started: float) -> int:
         status = 0
@@ -232,9 +264,12 @@ class CrawlerGateMiddleware:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self.start()
+                self._start_schedule()
             elif message["type"] == "lifespan.shutdown":
+                await self._stop_schedule()
                 await self.drain()
                 self.core.close()
+                self.regeneration.state.close()
             return message
 
         return wrapped

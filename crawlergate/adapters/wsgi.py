@@ -10,6 +10,9 @@ in a small background pool, so it never delays the person.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -21,12 +24,15 @@ from crawlergate.admin.endpoints import MAX_BODY_BYTES
 from crawlergate.cache import Found, TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
+from crawlergate.errors import OriginTimeout
 from crawlergate.gate.answer import Response, page_response, plain_response
 from crawlergate.gate.engine import Decision, Route
 from crawlergate.gate.fill import Filler
-from crawlergate.gate.origin import PublicSite, WsgiOrigin
+from crawlergate.gate.origin import OriginResponse, PublicSite, WsgiOrigin
 from crawlergate.gate.writes import FORM_BYTES, FORM_TYPES, form_fields
-from crawlergate.wiring import build_core
+from crawlergate.keys import CacheKey
+from crawlergate.regenerate.schedule import Scheduler, start_background_scheduler
+from crawlergate.wiring import build_core, build_regeneration
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -70,9 +76,34 @@ class CrawlerGateWSGI:
         self.filler = Filler(self.core)
         self._prefetcher = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="crawlergate-prefetch")
         self._pending: set[Future[object]] = set()
+        self._arrived_at: PublicSite | None = None
+        self.regeneration = build_regeneration(self.core, self.filler, self._fetch_for_regeneration, clock=clock)
+        self._scheduler: Scheduler | None = None
+        self._scheduling = False
+        self._scheduling_lock = threading.Lock()
 
     def start(self) -> None:
         self.core.start()
+        self.regeneration.state.start()
+
+    def _start_schedule(self) -> None:
+        """Start the off-peak job in a thread of its own, at the first request: after a pre-forking server
+        (gunicorn --preload) has forked, since threads do not survive a fork."""
+        with self._scheduling_lock:
+            if self._scheduling:
+                return
+            self._scheduling = True
+            if self.settings.regenerate.enabled:
+                self.start()
+                self._scheduler = start_background_scheduler(self.regeneration)
+
+    async def _fetch_for_regeneration(self, key: CacheKey) -> OriginResponse:
+        """A regeneration's guest sub-request, in a thread, within the fill deadline."""
+        call = functools.partial(self.origin.fetch_guest, key.target, client=None, arrived_at=self._arrived_at)
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(call), self.settings.cache.fill_timeout_seconds)
+        except TimeoutError:
+            raise OriginTimeout(f"{key.target}: the site did not answer in time") from None
 
     def drain(self) -> None:
         """Wait for the prefetches queued so far."""
@@ -80,16 +111,21 @@ class CrawlerGateWSGI:
             future.result()
 
     def close(self) -> None:
-        """Finish queued prefetches and release the stores."""
+        """Stop the off-peak job, finish queued prefetches and release the stores."""
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
         self._prefetcher.shutdown(wait=True)
         self.filler.close()
         self.core.close()
+        self.regeneration.state.close()
 
     def mark_changed(self, url_or_pattern: str) -> int:
         """Mark stored pages changed (see CrawlerGateMiddleware.mark_changed); returns the pages marked."""
         return self.core.mark_changed(url_or_pattern)
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if not self._scheduling:
+            self._start_schedule()
         started = time.perf_counter()
         method = environ.get("REQUEST_METHOD", "GET")
         raw_path, query = _raw_target(environ)
@@ -126,7 +162,7 @@ class CrawlerGateWSGI:
         client = self.core.client_address(
             environ.get("REMOTE_ADDR"), [(b"x-forwarded-for", environ.get("HTTP_X_FORWARDED_FOR", "").encode())]
         )
-        arrived_at = PublicSite.from_server(
+        arrived_at = self._arrived_at = PublicSite.from_server(
             environ.get("wsgi.url_scheme", "http"), (environ.get("SERVER_NAME", ""), environ.get("SERVER_PORT"))
         )
         filled = self.filler.fill_blocking(

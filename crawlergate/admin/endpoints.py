@@ -56,10 +56,10 @@ class AdminEndpoints:
                 if message["type"] == "http.disconnect" or not message.get("more_body", False):
                     break
         peer = client[0] if client else None
-        if scope["method"] == "POST":  # invalidate reads and writes the dirty index: off the event loop
-            answer = await anyio.to_thread.run_sync(self.respond, scope["path"], "POST", peer, scope["headers"], body)
-        else:
-            answer = self.respond(scope["path"], scope["method"], peer, scope["headers"], body)
+        # invalidate, stats and metrics read (or write) the dirty index and regeneration records: off the event loop.
+        answer = await anyio.to_thread.run_sync(
+            self.respond, scope["path"], scope["method"], peer, scope["headers"], body
+        )
         await send_response(send, answer)
 
     def respond(

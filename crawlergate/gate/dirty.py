@@ -33,6 +33,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from crawlergate.errors import ConfigError, CrawlerGateError
@@ -53,6 +54,17 @@ def _decayed(demand: float | None, since: float | None, now: float) -> float:
     return float(demand) * float(0.5 ** (max(0.0, now - since) / DEMAND_HALF_LIFE_S))
 
 
+@dataclass(frozen=True, slots=True)
+class StoredPage:
+    """A page of the catalogue: its key digest and URL, crawler demand, when it was marked and last fetched."""
+
+    digest: str
+    target: str
+    demand: float
+    dirty_since: float | None
+    fetched_at: float | None
+
+
 class IndexUnavailable(CrawlerGateError):
     """The dirty index cannot be read or written now (another process holds it too long, a full disk)."""
 
@@ -67,7 +79,8 @@ CREATE TABLE IF NOT EXISTS pages (
     demand REAL NOT NULL DEFAULT 0,
     demand_at REAL,
     regenerated_at REAL,
-    seq INTEGER NOT NULL DEFAULT 0
+    seq INTEGER NOT NULL DEFAULT 0,
+    stored_seq INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS pages_seq ON pages (seq);
 CREATE INDEX IF NOT EXISTS pages_target ON pages (target);
@@ -93,6 +106,9 @@ class DirtyIndex:
         self._connection: sqlite3.Connection | None = None
         self._dirty: dict[str, float] = {}
         self._seen_seq = 0
+        # Writes of this process not yet read back, and what to do about pages other processes stored or removed.
+        self._own_seqs: set[int] = set()
+        self.on_replaced: Callable[[list[str]], None] | None = None
         self._data_version = -1
         self._next_warning = 0.0
         # Upkeep: when it is next due, and whether one is under way (at most one at a time).
@@ -138,6 +154,9 @@ class DirtyIndex:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
             connection.executescript(_SCHEMA)
+            columns = {row[1] for row in connection.execute("PRAGMA table_info(pages)")}
+            if "stored_seq" not in columns:  # an index written by crawlergate 0.x before regeneration
+                connection.execute("ALTER TABLE pages ADD COLUMN stored_seq INTEGER NOT NULL DEFAULT 0")
             connection.create_function("decayed", 3, _decayed, deterministic=True)
         except sqlite3.Error:
             connection.close()
@@ -234,12 +253,14 @@ class DirtyIndex:
         try:
             with self._lock, self._writing() as (database, seq):
                 (dirty_since,) = database.execute(
-                    "INSERT INTO pages (digest, target, stored_at, regenerated_at, seq) VALUES (?, ?, ?, ?, ?) "
+                    "INSERT INTO pages (digest, target, stored_at, regenerated_at, seq, stored_seq) "
+                    "VALUES (?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT (digest) DO UPDATE SET target = excluded.target, stored_at = excluded.stored_at, "
                     "dirty_since = CASE WHEN dirty_since > ? THEN dirty_since END, "
                     "reason = CASE WHEN dirty_since > ? THEN reason END, "
-                    "regenerated_at = excluded.regenerated_at, seq = excluded.seq RETURNING dirty_since",
-                    (digest, target, now, now, seq, since, since),
+                    "regenerated_at = excluded.regenerated_at, seq = excluded.seq, stored_seq = excluded.seq "
+                    "RETURNING dirty_since",
+                    (digest, target, now, now, seq, seq, since, since),
                 ).fetchone()
                 if dirty_since is None:
                     self._dirty.pop(digest, None)
@@ -273,6 +294,39 @@ class DirtyIndex:
         except sqlite3.Error as exc:
             raise IndexUnavailable(f"the dirty index {self.path} cannot be written: {exc}") from None
         return len(rows)
+
+    def clear(self, digest: str, fetched_at: float) -> None:
+        """The page is gone from the cache (its site says 404/410 and it is not kept): its mark goes, unless it
+        was marked after ``fetched_at``."""
+        try:
+            with self._lock, self._writing() as (database, seq):
+                database.execute(
+                    "UPDATE pages SET dirty_since = CASE WHEN dirty_since > ? THEN dirty_since END, "
+                    "reason = CASE WHEN dirty_since > ? THEN reason END, seq = ?, stored_seq = ? WHERE digest = ?",
+                    (fetched_at, fetched_at, seq, seq, digest),
+                )
+                if self._dirty.get(digest, fetched_at + 1) <= fetched_at:
+                    del self._dirty[digest]
+        except sqlite3.Error as exc:
+            raise IndexUnavailable(f"the dirty index {self.path} cannot be written: {exc}") from None
+
+    def stored_pages(self, *, dirty_only: bool) -> list[StoredPage]:
+        """The catalogue (or its marked pages), most wanted by crawlers first, then the longest marked."""
+        where = "WHERE dirty_since IS NOT NULL" if dirty_only else ""
+        try:
+            with self._lock:
+                rows = (
+                    self._db()
+                    .execute(
+                        "SELECT digest, target, decayed(demand, demand_at, ?) AS wanted, dirty_since, regenerated_at "
+                        f"FROM pages {where} ORDER BY wanted DESC, dirty_since",
+                        (self.clock(),),
+                    )
+                    .fetchall()
+                )
+        except sqlite3.Error as exc:
+            raise IndexUnavailable(f"the dirty index {self.path} cannot be read: {exc}") from None
+        return [StoredPage(*row) for row in rows]
 
     def matching(self, pattern: str) -> list[str]:
         """The digests of the stored pages whose URL (path and query) matches ``pattern`` (see ``UrlPattern``)."""
@@ -318,6 +372,7 @@ class DirtyIndex:
         try:
             database.execute("UPDATE counter SET seq = seq + 1 WHERE id = 0")
             (seq,) = database.execute("SELECT seq FROM counter WHERE id = 0").fetchone()
+            self._own_seqs.add(int(seq))
             yield database, int(seq)
         except BaseException:
             database.execute("ROLLBACK")
@@ -333,14 +388,20 @@ class DirtyIndex:
             return
         self._data_version = version
         rows = self._connection.execute(
-            "SELECT digest, dirty_since, seq FROM pages WHERE seq > ?", (self._seen_seq,)
+            "SELECT digest, dirty_since, seq, stored_seq FROM pages WHERE seq > ?", (self._seen_seq,)
         ).fetchall()
-        for digest, dirty_since, seq in rows:
+        replaced: list[str] = []
+        for digest, dirty_since, seq, stored_seq in rows:
             if dirty_since is None:
                 self._dirty.pop(digest, None)
             else:
                 self._dirty[digest] = dirty_since
+            if stored_seq == seq and seq not in self._own_seqs and not force:
+                replaced.append(digest)
             self._seen_seq = max(self._seen_seq, seq)
+        self._own_seqs = {seq for seq in self._own_seqs if seq > self._seen_seq}
+        if replaced and self.on_replaced is not None:
+            self.on_replaced(replaced)
 
 
 def _glob(pattern: str) -> str:

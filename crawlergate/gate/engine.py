@@ -11,6 +11,7 @@ fresh; may a response be stored and for how long.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 import threading
@@ -162,12 +163,16 @@ class GateCore:
         self._admin_prefix = settings.admin.prefix
         self._started = False
         self._start_lock = threading.Lock()
+        # Figures of parts beside the engine (regeneration): the `stats` section, and Prometheus gauges and counters.
+        self.more_stats: Callable[[], dict[str, object]] | None = None
+        self.more_metrics: Callable[[], tuple[dict[str, float], dict[str, tuple[str, int]]]] | None = None
 
     def start(self) -> None:
         """Prepare the stores (create the L2 directory); raises ConfigError when it is unusable."""
         with self._start_lock:
             if not self._started:
                 self.cache.start()
+                self.dirty.on_replaced = self.cache.forget_local
                 self.dirty.start()
                 self._started = True
 
@@ -243,31 +248,50 @@ class GateCore:
         self.cache.store(key, page)
         self.dirty.record_stored(key.digest, key.target, fetched_at)
 
-    def judge_fill(self, key: CacheKey, response: OriginResponse) -> Page | Unstored:
-        """The Page to store for a guest answer, or the answer with every reason it is not stored (counted)."""
+    def judge_fill(self, key: CacheKey, response: OriginResponse, previous: Page | None = None) -> Page | Unstored:
+        """The Page to store for a guest answer, or the answer with every reason it is not stored (counted).
+
+        A page with the same body as ``previous``, the copy it replaces, keeps its Last-Modified (its ETag is
+        the body's hash): a crawler's conditional request still gets 304.
+        """
         now = self.clock()
         verdict = self.storage.judge(response, key.target, now=now)
         if verdict.storable:
-            return self.storage.page(response, verdict, now=now)
+            page = self.storage.page(response, verdict, now=now)
+            if previous is not None and previous.etag == page.etag and previous.last_modified < page.last_modified:
+                page = dataclasses.replace(page, last_modified=previous.last_modified)
+            return page
         for label in dict.fromkeys(label for label, _ in verdict.reasons):
             self.metrics.count_not_stored(label)
         return Unstored(response, verdict)
 
     def stats(self) -> dict[str, object]:
         data = self.metrics.snapshot()
-        # Marked pages the cache still holds (an evicted page's mark stays in the index until it returns); a
-        # page another worker stored may not be in this worker's L2 index yet: its file says.
-        self.dirty.refresh(wait=False)
-        l2 = self.cache.l2
-        data["dirty"] = sum(1 for d in self.dirty.dirty_digests() if l2.contains(d) or l2.path_for(d).exists())
+        data["dirty"] = self.dirty_count()
         data["l1"] = {"backend": type(self.cache.l1).__name__}
         data["l2"] = {"pages": len(self.cache.l2), "bytes": self.cache.l2.used_bytes}
+        if self.more_stats is not None:
+            data.update(self.more_stats())
         return data
 
+    def dirty_count(self) -> int:
+        """Marked pages the cache still holds (an evicted page's mark stays in the index until it returns); a
+        page another worker stored may not be in this worker's L2 index yet: its file says."""
+        self.dirty.refresh(wait=False)
+        l2 = self.cache.l2
+        return sum(1 for digest in self.dirty.dirty_digests() if l2.contains(digest) or l2.path_for(digest).exists())
+
     def prometheus(self) -> str:
-        return self.metrics.prometheus(
-            {"crawlergate_l2_pages": len(self.cache.l2), "crawlergate_l2_bytes": self.cache.l2.used_bytes}
-        )
+        gauges: dict[str, float] = {
+            "crawlergate_l2_pages": len(self.cache.l2),
+            "crawlergate_l2_bytes": self.cache.l2.used_bytes,
+            "crawlergate_dirty_pages": self.dirty_count(),
+        }
+        counters: dict[str, tuple[str, int]] = {}
+        if self.more_metrics is not None:
+            more_gauges, counters = self.more_metrics()
+            gauges |= more_gauges
+        return self.metrics.prometheus(gauges, counters)
 
     def mark_changed(self, url_or_pattern: str, reason: str = "api") -> int:
         """Mark stored pages changed: crawlers keep the stored copy until it is regenerated (or too stale).

@@ -64,15 +64,20 @@ class Filler:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def fill(self, key: CacheKey, fetch: Callable[[], Awaitable[OriginResponse]]) -> Page | Unstored:
-        """Fetch, judge and store ``key`` once for all concurrent callers; raises OriginError when the site failed."""
+    async def fill(
+        self, key: CacheKey, fetch: Callable[[], Awaitable[OriginResponse]], *, previous: Page | None = None
+    ) -> Page | Unstored:
+        """Fetch, judge and store ``key`` once for all concurrent callers; raises OriginError when the site failed.
+
+        ``previous`` is the stored copy being replaced (regeneration): an unchanged page keeps its Last-Modified.
+        """
         pending = self._async_fills.get(key.digest)
         if pending is not None:
             return await asyncio.shield(pending)
         future: asyncio.Future[Page | Unstored] = asyncio.get_running_loop().create_future()
         self._async_fills[key.digest] = future
         try:
-            result = await self._fetch_async(key, fetch)
+            result = await self._fetch_async(key, fetch, previous)
         except asyncio.CancelledError:
             future.cancel()
             raise
@@ -110,7 +115,9 @@ class Filler:
             flight.done.set()
         return flight.outcome
 
-    async def _fetch_async(self, key: CacheKey, fetch: Callable[[], Awaitable[OriginResponse]]) -> Page | Unstored:
+    async def _fetch_async(
+        self, key: CacheKey, fetch: Callable[[], Awaitable[OriginResponse]], previous: Page | None
+    ) -> Page | Unstored:
         self.metrics.origin_fetches += 1
         fetched_at = self.core.clock()
         try:
@@ -120,9 +127,9 @@ class Filler:
             raise
         # Compressing and hashing a big page takes the event loop for a while (297 ms for 8 MB): a thread.
         if len(response.body) > INLINE_PAGE_BYTES:
-            judged = await anyio.to_thread.run_sync(self.core.judge_fill, key, response)
+            judged = await anyio.to_thread.run_sync(self.core.judge_fill, key, response, previous)
         else:
-            judged = self.core.judge_fill(key, response)
+            judged = self.core.judge_fill(key, response, previous)
         if isinstance(judged, Page):
             await anyio.to_thread.run_sync(self.core.store, key, judged, fetched_at)
         return self._counted(judged)

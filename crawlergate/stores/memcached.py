@@ -12,6 +12,7 @@ which would only fill them with copies that go stale when it returns).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -82,6 +83,11 @@ class MemcachedStore:
         if len(value) > self.item_max_bytes:
             return False
         return bool(self._call(key, lambda client, k: client.add(k, value, noreply=False)))
+
+    def add_expiring(self, key: str, value: bytes, ttl_s: float) -> bool:
+        """Store ``value`` for ``ttl_s`` seconds unless the key exists (a lease); True when stored."""
+        expire = max(1, math.ceil(ttl_s))
+        return bool(self._call(key, lambda client, k: client.add(k, value, expire=expire, noreply=False)))
 
     def touch(self, key: str) -> bool:
         return bool(self._call(key, lambda client, k: client.touch(k, 0, noreply=False)))

@@ -1,0 +1,348 @@
+"""One regeneration pass: fetch changed pages again, most valuable first, within what the origin bears.
+
+Koehl and Wang regenerate changed threads at 4 am, so crawlers "always receive fresh content from
+their perspective" and the origin never pays for it at peak (section 5.4). A pass takes the pages
+marked changed (most crawler demand first, then the longest marked), then, for sites that announce
+no changes, the pages Azar et al.'s optimal rates say are due (``rates``), and fetches each as a
+guest fill does, through the gate's own filler: same sub-request, storable rules, single-flight.
+
+What a fetch leaves behind:
+- a page that stores: the new copy, mark cleared (unless marked again while it was fetched); the
+  same body keeps its ETag and Last-Modified, so conditional crawler requests still get 304;
+- a 404/410 the storable rules do not keep: the page is removed from both levels;
+- an origin error, a cut body or an answer that may not be stored: the old copy and its mark stay.
+
+The budget: at most ``max_pages`` fetches, none started after the time limit, ``concurrency`` at
+once and ``rate`` a second, fewer while the origin slows down (``budget.Throttle``). What does not
+fit stays marked for the next window. A pass killed half-way loses nothing: marks are cleared only
+when a page's new copy is stored, and L2 writes are atomic.
+
+    regenerator = Regenerator(core, filler, fetch, state, settings.regenerate)
+    summary = await regenerator.run(Selection(dirty=True, revalidate=True))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import anyio
+
+from crawlergate.config import RegenerateSettings
+from crawlergate.errors import OriginError
+from crawlergate.gate.dirty import StoredPage
+from crawlergate.gate.engine import GateCore
+from crawlergate.gate.fill import Filler
+from crawlergate.gate.origin import OriginResponse
+from crawlergate.keys import CacheKey
+from crawlergate.page import Page
+from crawlergate.regenerate.budget import Pacing, Throttle
+from crawlergate.regenerate.rates import change_rate, edf_schedule, optimal_rates
+from crawlergate.regenerate.state import Refetch, RegenerationState
+
+logger = logging.getLogger(__name__)
+
+DAY_S = 86400.0
+# Re-fetch histories are written in batches of this many (a killed pass loses at most these).
+HISTORY_BATCH = 200
+_GONE = (404, 410)
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What a pass fetches: the marked pages, every stored page, given URLs, and/or Azar revalidations."""
+
+    dirty: bool = True
+    all_pages: bool = False
+    urls: Sequence[str] = ()
+    revalidate: bool = False
+
+
+@dataclass
+class PassSummary:
+    """What a pass did (the `regenerate` summary, the `stats` last window)."""
+
+    start: float = 0.0  # Unix time
+    pages: int = 0  # fetched
+    changed: int = 0  # stored, with a new body
+    unchanged: int = 0  # stored, same body: same ETag
+    removed: int = 0  # 404/410 and not kept: gone from the cache
+    not_stored: int = 0  # an answer the storable rules refuse: old copy and mark kept
+    errors: int = 0  # the origin failed or cut the body: old copy and mark kept
+    not_cacheable: int = 0  # given URLs the cache rules exclude
+    revalidated: int = 0  # pages with no change signal fetched by their Azar rate
+    revalidations_changed: int = 0  # of those, how many had changed
+    remaining: int = 0  # marked pages still waiting, for the next window
+    seconds: float = 0.0
+    origin_seconds: float = 0.0  # the origin's time spent answering the pass
+    backoffs: int = 0  # times the pass slowed down because the origin did
+    busiest: int = 0  # the most fetches at once
+    stopped: str = "done"  # or "time limit", "page budget"
+    error_samples: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    key: CacheKey
+    revalidation: bool = False
+
+
+class Regenerator:
+    """Regeneration passes for one gate.
+
+    Parameters:
+        core: the gate (cache, dirty index, keys, clock).
+        filler: the gate's filler; every fetch goes through it.
+        fetch: the guest sub-request for a key, as the gate's fills make it.
+        state: the re-fetch histories and window records.
+        settings: the budget.
+        windows_per_day: how many windows a day the revalidation budget is spent in.
+    """
+
+    def __init__(
+        self,
+        core: GateCore,
+        filler: Filler,
+        fetch: Callable[[CacheKey], Awaitable[OriginResponse]],
+        state: RegenerationState,
+        settings: RegenerateSettings,
+        *,
+        windows_per_day: float = 1.0,
+    ) -> None:
+        self.core = core
+        self.filler = filler
+        self.fetch = fetch
+        self.state = state
+        self.settings = settings
+        self.windows_per_day = windows_per_day
+
+    async def run(
+        self,
+        selection: Selection,
+        *,
+        time_limit_s: float | None = None,
+        max_pages: int | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> PassSummary:
+        """One pass; ``time_limit_s`` and ``max_pages`` default to the settings' window length and page budget."""
+        started = time.monotonic()
+        summary = PassSummary(start=self.core.clock())
+        limit_s = self.settings.max_seconds if time_limit_s is None else time_limit_s
+        budget = self.settings.max_pages if max_pages is None else max_pages
+        jobs, schedule = await anyio.to_thread.run_sync(self._plan, selection, budget, summary)
+        throttle = Throttle(self.settings.concurrency, self.settings.backoff_factor)
+        pacing = Pacing(self.settings.rate)
+        deadline = started + limit_s
+        history: list[Refetch] = []
+        next_job = 0
+        done = 0
+
+        async def work() -> None:
+            nonlocal next_job, done
+            while True:
+                await throttle.acquire()
+                try:
+                    if next_job >= len(jobs):
+                        return
+                    if time.monotonic() >= deadline:
+                        summary.stopped = "time limit"
+                        return
+                    job = jobs[next_job]
+                    next_job += 1
+                    await pacing.wait()
+                    await self._regenerate(job, summary, throttle, history)
+                finally:
+                    await throttle.release()
+                done += 1
+                if on_progress is not None:
+                    on_progress(done, len(jobs))
+                if len(history) >= HISTORY_BATCH:
+                    batch, history[:] = list(history), []
+                    await anyio.to_thread.run_sync(self.state.record_refetches, batch)
+
+        try:
+            await asyncio.gather(*(work() for _ in range(self.settings.concurrency)))
+        finally:
+            await anyio.to_thread.run_sync(self._finish, schedule, next_job, history, summary)
+        summary.seconds = time.monotonic() - started
+        summary.backoffs = throttle.backoffs
+        summary.busiest = throttle.busiest
+        return summary
+
+    def _plan(self, selection: Selection, budget: int, summary: PassSummary) -> tuple[list[_Job], _Revalidation | None]:
+        """The fetches of the pass in order, and the revalidation schedule they end with (if any)."""
+        held = self.core.cache.l2
+        catalogue = self.core.dirty.stored_pages(dirty_only=not (selection.all_pages or selection.revalidate))
+        stored = [page for page in catalogue if held.contains(page.digest) or held.path_for(page.digest).exists()]
+        keys: dict[str, CacheKey] = {}
+        for url in selection.urls:
+            key = self.core.key_for_url(url)
+            if key is None:
+                summary.not_cacheable += 1
+            else:
+                keys.setdefault(key.digest, key)
+        if selection.dirty or selection.all_pages:
+            for page in stored:
+                if selection.all_pages or page.dirty_since is not None:
+                    key = self.core.key_for_url(page.target)
+                    if key is not None:
+                        keys.setdefault(page.digest, key)
+        jobs = [_Job(key) for key in keys.values()]
+        if budget:
+            jobs = jobs[:budget]
+        slots = self.settings.revalidate_pages
+        if budget:
+            slots = min(slots, budget - len(jobs))
+        if not selection.revalidate or slots <= 0:
+            return jobs, None
+        candidates = [page for page in stored if page.dirty_since is None and page.digest not in keys]
+        per_day = self.settings.revalidate_pages * self.windows_per_day
+        schedule = _Revalidation.plan(candidates, self.state, per_day, slots)
+        for page in schedule.pages:
+            key = self.core.key_for_url(page.target)
+            if key is not None:
+                jobs.append(_Job(key, revalidation=True))
+        schedule.first_job = len(jobs) - len(schedule.pages)
+        return jobs, schedule
+
+    async def _regenerate(self, job: _Job, summary: PassSummary, throttle: Throttle, history: list[Refetch]) -> None:
+        key = job.key
+        previous = await anyio.to_thread.run_sync(self.core.cache.stale_copy, key)
+        fetched_at = self.core.clock()
+
+        async def timed() -> OriginResponse:
+            began = time.perf_counter()
+            try:
+                return await self.fetch(key)
+            finally:
+                elapsed = time.perf_counter() - began
+                summary.origin_seconds += elapsed
+                throttle.observe(elapsed)
+
+        summary.pages += 1
+        try:
+            result = await self.filler.fill(key, timed, previous=previous)
+        except OriginError as exc:
+            self._failed(summary, key, str(exc))
+            return
+        if isinstance(result, Page):
+            changed = previous is None or previous.etag != result.etag
+            if changed:
+                summary.changed += 1
+            else:
+                summary.unchanged += 1
+            if previous is not None:
+                history.append(Refetch(key.digest, changed, fetched_at - previous.generated_at))
+            if job.revalidation:
+                summary.revalidated += 1
+                summary.revalidations_changed += changed
+            return
+        if result.has("origin-error") or result.has("incomplete"):
+            self._failed(summary, key, f"{key.target}: the site answered {result.response.status}, or cut the body")
+        elif result.response.status in _GONE:
+            await anyio.to_thread.run_sync(self._remove, key, fetched_at)
+            summary.removed += 1
+        else:
+            summary.not_stored += 1
+
+    def _remove(self, key: CacheKey, fetched_at: float) -> None:
+        self.core.cache.invalidate(key)
+        self.core.dirty.clear(key.digest, fetched_at)
+
+    @staticmethod
+    def _failed(summary: PassSummary, key: CacheKey, message: str) -> None:
+        summary.errors += 1
+        if len(summary.error_samples) < 5:
+            summary.error_samples.append(message)
+        logger.warning("regeneration of %s failed: %s", key.target, message)
+
+    def _finish(
+        self, schedule: _Revalidation | None, jobs_started: int, history: list[Refetch], summary: PassSummary
+    ) -> None:
+        """Write what the pass learnt, and count the marked pages still waiting."""
+        self.state.record_refetches(history)
+        if schedule is not None:
+            self.state.save_credits(schedule.credits_after(jobs_started - schedule.first_job))
+        held = self.core.cache.l2
+        summary.remaining = sum(
+            1
+            for page in self.core.dirty.stored_pages(dirty_only=True)
+            if held.contains(page.digest) or held.path_for(page.digest).exists()
+        )
+
+
+class _Revalidation:
+    """This window's share of the EDF schedule over Azar et al.'s optimal rates, for pages with no change signal.
+
+    Utilities are the pages' crawler demand; change rates are estimated from their re-fetch histories;
+    the budget is ``revalidate_pages`` a window, as re-fetches a day. The schedule runs on from the
+    credits the last window left, for as many steps as this window has room for.
+    """
+
+    def __init__(
+        self,
+        pages: list[StoredPage],
+        digests: list[str],
+        shares: list[float],
+        credits: list[float],
+        order: list[int | None],
+    ) -> None:
+        self.pages = pages
+        self.first_job = 0
+        self._digests = digests
+        self._shares = shares
+        self._credits = credits
+        self._order = order
+        # The step at which each page of ``pages`` first comes up: a page due twice in a window is fetched once.
+        self._first_steps: list[int] = []
+        seen: set[int] = set()
+        for step, index in enumerate(order):
+            if index is not None and index not in seen:
+                seen.add(index)
+                self._first_steps.append(step)
+
+    @classmethod
+    def plan(cls, candidates: list[StoredPage], state: RegenerationState, per_day: float, slots: int) -> _Revalidation:
+        histories = state.histories()
+        utilities = [page.demand for page in candidates]
+        changes = []
+        credits = []
+        for page in candidates:
+            history = histories.get(page.digest)
+            if history is None:
+                changes.append(change_rate(0, 0, 0.0) * DAY_S)
+                credits.append(0.0)
+            else:
+                changes.append(change_rate(history.fetches, history.changes, history.observed_s) * DAY_S)
+                credits.append(history.credit)
+        rates = optimal_rates(utilities, changes, per_day)
+        shares = [rate / per_day for rate in rates]
+        order, _ = edf_schedule(shares, slots, credits)
+        picked = list(dict.fromkeys(index for index in order if index is not None))
+        return cls(
+            [candidates[index] for index in picked],
+            [page.digest for page in candidates],
+            shares,
+            credits,
+            order,
+        )
+
+    def credits_after(self, fetched: int) -> dict[str, float]:
+        """Each scheduled page's credit after the steps of the first ``fetched`` pages (the rest wait)."""
+        steps = len(self._order) if fetched >= len(self._first_steps) else self._first_steps[max(0, fetched)]
+        # A page whose rate is now 0 starts afresh should it get one again.
+        credits = {
+            digest: self._credits[index] + steps * self._shares[index] if self._shares[index] > 0 else 0.0
+            for index, digest in enumerate(self._digests)
+            if self._shares[index] > 0 or self._credits[index]
+        }
+        for index in self._order[:steps]:
+            if index is not None:
+                credits[self._digests[index]] -= 1
+        return credits

@@ -1,0 +1,366 @@
+"""The off-peak window: when regeneration runs, which process runs it, and the APScheduler job that starts it.
+
+The window opens at a cron time (``regenerate.window``: "04:30" or "30 3 * * 1-5") or, with
+``auto``, at the quietest hour of the site's human traffic, learned from the gate's own counts
+(kept in the dirty index's file, so restarts keep them; learned again each day; 04:00 until a
+day is counted). It lasts ``regenerate.max_seconds``.
+
+APScheduler runs a short tick every minute (``regenerate.check_seconds``), with
+``AsyncIOScheduler`` in the ASGI lifespan and ``serve`` and ``BackgroundScheduler`` for WSGI.
+The tick writes the human requests counted since the last one, and starts a pass when a
+window is open that no pass has served yet. Deciding that on each tick, with the window
+computed by APScheduler's ``CronTrigger`` from an injectable clock, means a window is not lost
+to a restart at 04:00 (a process that starts within it runs the pass), an ``auto`` window that
+moves needs no rescheduling, and tests need no sleeping.
+
+One process regenerates at a time: every worker ticks, and the pass needs the lease, held in
+memcached (``add`` with a time to live: one across the machines that share L1) or, with the
+embedded L1, in the dirty index (one machine). A lease whose holder process died on this machine is
+taken over at once; another machine's lapses after the window.
+
+    job = OffPeakJob(regenerator, state, Window(settings.regenerate, state), Lease(state, l1), metrics)
+    scheduler = start_async_scheduler(job)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta, tzinfo
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo
+
+import anyio
+import tzlocal
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from crawlergate.config import RegenerateSettings
+from crawlergate.errors import ConfigError, StoreUnavailable
+from crawlergate.metrics import Metrics
+from crawlergate.regenerate.regenerator import PassSummary, Regenerator, Selection
+from crawlergate.regenerate.state import RegenerationState
+from crawlergate.stores.memcached import MemcachedStore
+
+logger = logging.getLogger(__name__)
+
+# The hour a window opens until a day of human traffic is counted (the paper's 4 am).
+DEFAULT_HOUR = 4
+LEASE_KEY = "regenerate-lease"
+
+
+class Scheduler(Protocol):
+    """What the start functions return: a running APScheduler scheduler."""
+
+    def shutdown(self, wait: bool = True) -> None: ...
+
+
+def quietest_hour(counts: dict[int, int], now: float, zone: tzinfo) -> int | None:
+    """The local hour of the day with the fewest human requests on average over the last week, or None until a
+    whole day is counted. ``counts`` are requests per hour numbered ``Unix time // 3600``; ties go to the
+    hour nearest 04:00."""
+    current = int(now // 3600)
+    if not counts or current - min(counts) < 24:
+        return None
+    totals = [0] * 24
+    seen = [0] * 24
+    for hour in range(max(min(counts), current - 7 * 24), current):
+        local = datetime.fromtimestamp(hour * 3600, zone).hour
+        totals[local] += counts.get(hour, 0)
+        seen[local] += 1
+    means = [totals[h] / seen[h] if seen[h] else math.inf for h in range(24)]
+    return min(range(24), key=lambda h: (means[h], min((h - DEFAULT_HOUR) % 24, (DEFAULT_HOUR - h) % 24), h))
+
+
+class Window:
+    """When the off-peak windows open, by the settings and (for ``auto``) the counted human traffic."""
+
+    def __init__(
+        self, settings: RegenerateSettings, state: RegenerationState, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.settings = settings
+        self.state = state
+        self.clock = clock
+        self.zone: tzinfo = ZoneInfo(settings.timezone) if settings.timezone else tzlocal.get_localzone()
+        self.auto = settings.window.strip() == "auto"
+        self._fixed: CronTrigger | None = None if self.auto else self._parse(settings.window.strip())
+        self._learned: tuple[object, int, bool] | None = None  # (local date, hour, learned)
+
+    def _parse(self, window: str) -> CronTrigger:
+        try:
+            if ":" in window:
+                hour, minute = window.split(":")
+                return CronTrigger(hour=int(hour), minute=int(minute), timezone=self.zone)
+            return CronTrigger.from_crontab(window, timezone=self.zone)
+        except ValueError as exc:
+            message = f"Setting 'regenerate.window' has value '{window}'. It is no cron expression: {exc}."
+            raise ConfigError(message) from None
+
+    def hour(self, now: float) -> tuple[int, bool]:
+        """The auto window's hour for the day of ``now``, and whether it was learned (else the default)."""
+        today = datetime.fromtimestamp(now, self.zone).date()
+        if self._learned is None or self._learned[0] != today:
+            learned = quietest_hour(self.state.human_hours(), now, self.zone)
+            self._learned = (today, DEFAULT_HOUR if learned is None else learned, learned is not None)
+        return self._learned[1], self._learned[2]
+
+    def trigger(self, now: float) -> CronTrigger:
+        if self._fixed is not None:
+            return self._fixed
+        return CronTrigger(hour=self.hour(now)[0], minute=0, timezone=self.zone)
+
+    def opened_at(self, now: float) -> float | None:
+        """The start of the window open at ``now`` (Unix time), or None when none is."""
+        trigger = self.trigger(now)
+        start = trigger.get_next_fire_time(None, datetime.fromtimestamp(now - self.settings.max_seconds, self.zone))
+        latest = None
+        for _ in range(10_000):  # a window shorter than the cron period: one or two starts in range
+            if start is None or start.timestamp() > now:
+                break
+            latest = start
+            start = trigger.get_next_fire_time(start, start + timedelta(seconds=1))
+        return None if latest is None else latest.timestamp()
+
+    def next_start(self, now: float) -> float | None:
+        """When the next window opens after ``now``."""
+        after = datetime.fromtimestamp(now, self.zone) + timedelta(seconds=1)
+        start = self.trigger(now).get_next_fire_time(None, after)
+        return None if start is None else start.timestamp()
+
+    def per_day(self, now: float) -> float:
+        """Windows a day, on average over the coming week (at least one a week)."""
+        trigger = self.trigger(now)
+        end = datetime.fromtimestamp(now, self.zone) + timedelta(days=7)
+        starts = 0
+        start = trigger.get_next_fire_time(None, datetime.fromtimestamp(now, self.zone))
+        while start is not None and start < end and starts < 7 * 24 * 60:
+            starts += 1
+            start = trigger.get_next_fire_time(start, start + timedelta(seconds=1))
+        return max(1, starts) / 7
+
+
+class Lease:
+    """The right to regenerate: one holder at a time, across processes (and machines sharing memcached)."""
+
+    def __init__(self, state: RegenerationState, l1: object, ttl_s: float) -> None:
+        self.state = state
+        self.memcached = l1 if isinstance(l1, MemcachedStore) else None
+        self.ttl_s = ttl_s
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._in_memcached = False
+
+    def take(self) -> str | None:
+        """Take the lease; returns None when taken, else who holds it."""
+        if self.memcached is not None:
+            try:
+                held = self._take_memcached()
+            except StoreUnavailable as exc:
+                logger.warning("regeneration lease: memcached is unavailable (%s); using this machine's lease", exc)
+            else:
+                self._in_memcached = held is None
+                return held
+        return self.state.take_lease(self.holder, self.ttl_s, is_stale=_died_here)
+
+    def _take_memcached(self) -> str | None:
+        assert self.memcached is not None
+        for _ in range(2):
+            if self.memcached.add_expiring(LEASE_KEY, self.holder.encode(), self.ttl_s):
+                return None
+            current = (self.memcached.get(LEASE_KEY) or b"").decode("utf-8", "replace")
+            if not current or not _died_here(current):
+                return current or "another process"
+            self.memcached.delete(LEASE_KEY)
+        return "another process"
+
+    def release(self) -> None:
+        if self._in_memcached and self.memcached is not None:
+            self._in_memcached = False
+            with contextlib.suppress(StoreUnavailable):
+                if self.memcached.get(LEASE_KEY) == self.holder.encode():
+                    self.memcached.delete(LEASE_KEY)
+            return
+        self.state.release_lease(self.holder)
+
+
+def _died_here(holder: str) -> bool:
+    """Whether a lease holder ("host:pid:token") was a process of this machine that no longer runs."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+class OffPeakJob:
+    """What the scheduler's tick does: count human traffic, and run a pass when a window opens."""
+
+    def __init__(
+        self,
+        regenerator: Regenerator,
+        state: RegenerationState,
+        window: Window,
+        lease: Lease,
+        metrics: Metrics,
+        *,
+        revalidate: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.regenerator = regenerator
+        self.state = state
+        self.window = window
+        self.lease = lease
+        self.metrics = metrics
+        self.revalidate = revalidate
+        self.clock = clock
+        self.running = False
+        self._counted_humans = 0
+        self.task: asyncio.Task[PassSummary | None] | None = None
+
+    def tick(self) -> float | None:
+        """Write the human requests counted since the last tick; the start of a window to serve now, or None."""
+        now = self.clock()
+        humans = self.metrics.requests("human")
+        if humans > self._counted_humans:
+            self.state.add_human_requests(int(now // 3600), humans - self._counted_humans)
+            self._counted_humans = humans
+        if self.running:
+            return None
+        opened = self.window.opened_at(now)
+        if opened is None or self._served(opened):
+            return None
+        return opened
+
+    def _served(self, opened: float) -> bool:
+        last = self.state.last_window()
+        return last is not None and (last.get("scheduled_start") or 0) >= opened
+
+    async def run_window(self, opened: float) -> PassSummary | None:
+        """The pass of the window that opened at ``opened``, if this process gets the lease and no one served it."""
+        self.running = True
+        try:
+            holder = await anyio.to_thread.run_sync(self.lease.take)
+            if holder is not None:
+                logger.info("regeneration window: %s holds the lease", holder)
+                return None
+            try:
+                if await anyio.to_thread.run_sync(self._served, opened):
+                    return None
+                now = self.clock()
+                left_s = opened + self.window.settings.max_seconds - now
+                self.regenerator.windows_per_day = self.window.per_day(now)
+                logger.info("regeneration window opened; the pass may take %.0f s", left_s)
+                summary = await self.regenerator.run(
+                    Selection(dirty=True, revalidate=self.revalidate), time_limit_s=max(0.0, left_s)
+                )
+                await anyio.to_thread.run_sync(
+                    lambda: self.state.record_window(summary.as_dict(), scheduled_start=opened)
+                )
+                logger.info(
+                    "regeneration window: %d pages (%d changed, %d errors) in %.1f s; %d marked pages wait",
+                    summary.pages,
+                    summary.changed,
+                    summary.errors,
+                    summary.seconds,
+                    summary.remaining,
+                )
+                return summary
+            finally:
+                await anyio.to_thread.run_sync(self.lease.release)
+        finally:
+            self.running = False
+
+    async def tick_async(self) -> None:
+        opened = await anyio.to_thread.run_sync(self.tick)
+        if opened is not None:
+            self.task = asyncio.get_running_loop().create_task(self.run_window(opened))
+
+    def tick_blocking(self) -> None:
+        opened = self.tick()
+        if opened is not None:
+            self.running = True  # until the thread's pass ends
+            threading.Thread(
+                target=asyncio.run, args=(self.run_window(opened),), name="crawlergate-regenerate", daemon=True
+            ).start()
+
+    def status(self) -> dict[str, Any]:
+        """The `stats` part: the window setting, the next window, the last one (whoever ran it: a worker's
+        window or the `regenerate` command), and the revalidations so far."""
+        now = self.clock()
+        settings = self.window.settings
+        data: dict[str, Any] = {"enabled": settings.enabled, "window": settings.window, "running": self.running}
+        if self.window.auto:
+            hour, learned = self.window.hour(now)
+            data["auto_hour"] = hour
+            data["auto_learned"] = learned
+        data["next_window"] = self.window.next_start(now) if settings.enabled else None
+        totals = self.state.totals()
+        data["last_window"] = self.state.last_window()
+        data["revalidations"] = int(totals.get("revalidated", 0))
+        data["revalidations_changed"] = int(totals.get("revalidations_changed", 0))
+        return data
+
+    def prometheus(self) -> tuple[dict[str, float], dict[str, tuple[str, int]]]:
+        """Gauges of the last and next window, and the revalidation counters."""
+        status = self.status()
+        last = status["last_window"] or {}
+        gauges = {
+            "crawlergate_regeneration_next_window_timestamp_seconds": status["next_window"] or 0,
+            "crawlergate_regeneration_last_start_timestamp_seconds": last.get("start", 0),
+            "crawlergate_regeneration_last_pages": last.get("pages", 0),
+            "crawlergate_regeneration_last_errors": last.get("errors", 0),
+            "crawlergate_regeneration_last_seconds": last.get("seconds", 0),
+            "crawlergate_regeneration_last_origin_seconds": last.get("origin_seconds", 0),
+            "crawlergate_regeneration_running": int(status["running"]),
+        }
+        counters = {
+            "crawlergate_revalidations_total": ("Pages with no change signal fetched again.", status["revalidations"]),
+            "crawlergate_revalidations_changed_total": (
+                "Revalidations that found the page changed.",
+                status["revalidations_changed"],
+            ),
+        }
+        return gauges, counters
+
+
+def start_async_scheduler(job: OffPeakJob) -> Scheduler:
+    """The tick, every ``regenerate.check_seconds`` on the running event loop."""
+    scheduler = AsyncIOScheduler()
+    scheduler.add_job(
+        job.tick_async,
+        IntervalTrigger(seconds=job.window.settings.check_seconds),
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.start()
+    started: Scheduler = scheduler
+    return started
+
+
+def start_background_scheduler(job: OffPeakJob) -> Scheduler:
+    """The tick, every ``regenerate.check_seconds`` in a thread of its own (WSGI servers have no event loop)."""
+    scheduler = BackgroundScheduler(daemon=True)
+    scheduler.add_job(
+        job.tick_blocking,
+        IntervalTrigger(seconds=job.window.settings.check_seconds),
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.start()
+    started: Scheduler = scheduler
+    return started
