@@ -25,7 +25,11 @@ def own_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """No test, nor a process it starts, may fill the user's own cache folder (the default L2)."""
     previous = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache-home"))
+    # Nor may a `serve` a test starts regenerate on the wall clock (an 04:00 window mid-test): tests that
+    # want a window set one, on an injected clock or in their own environment.
+    os.environ["CRAWLERGATE_REGENERATE_ENABLED"] = "false"
     yield
+    del os.environ["CRAWLERGATE_REGENERATE_ENABLED"]
     if previous is None:
         del os.environ["XDG_CACHE_HOME"]
     else:

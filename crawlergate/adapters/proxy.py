@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
@@ -282,7 +283,19 @@ def app_from_environment() -> CrawlerGateMiddleware:
     """Factory for ``uvicorn --factory`` workers: settings from CRAWLERGATE_CONFIG and CRAWLERGATE_* variables."""
     settings = load_settings(None, os.environ)
     HeadLimits.apply(settings.server)  # each worker process sets its own connections' limits
+    _log_to_stderr()
     return create_app(settings)
+
+
+def _log_to_stderr() -> None:
+    """crawlergate's own log lines (warnings, and the regeneration windows at INFO) on stderr, beside serve's."""
+    gate_logger = logging.getLogger("crawlergate")
+    if not gate_logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"crawlergate serve [{os.getpid()}]: %(message)s"))
+        gate_logger.addHandler(handler)
+        gate_logger.setLevel(logging.INFO)
+        gate_logger.propagate = False
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

@@ -49,6 +49,8 @@ DAY_S = 86400.0
 # Re-fetch histories are written in batches of this many (a killed pass loses at most these).
 HISTORY_BATCH = 200
 _GONE = (404, 410)
+# Failed fetches of a pass logged and kept in its summary.
+ERROR_SAMPLES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,10 +259,11 @@ class Regenerator:
 
     @staticmethod
     def _failed(summary: PassSummary, key: CacheKey, message: str) -> None:
+        """Count a failed fetch; the first few are logged and kept as samples (a site that is down fails them all)."""
         summary.errors += 1
-        if len(summary.error_samples) < 5:
+        if len(summary.error_samples) < ERROR_SAMPLES:
             summary.error_samples.append(message)
-        logger.warning("regeneration of %s failed: %s", key.target, message)
+            logger.warning("regeneration of %s failed: %s", key.target, message)
 
     def _finish(
         self, schedule: _Revalidation | None, jobs_started: int, history: list[Refetch], summary: PassSummary
@@ -323,8 +326,19 @@ class _Revalidation:
                 credits.append(history.credit)
         rates = optimal_rates(utilities, changes, per_day)
         shares = [rate / per_day for rate in rates]
-        order, _ = edf_schedule(shares, slots, credits)
-        picked = list(dict.fromkeys(index for index in order if index is not None))
+        # A page whose rate is over one a window comes up more than once; it is fetched once, so the schedule runs
+        # on (up to 8 windows' steps) until the window's slots are filled with distinct pages.
+        scheduled = sum(1 for share in shares if share > 0)
+        steps = slots
+        while True:
+            order, _ = edf_schedule(shares, steps, credits)
+            picked = list(dict.fromkeys(index for index in order if index is not None))
+            if len(picked) >= min(slots, scheduled) or steps >= 8 * slots:
+                break
+            steps *= 2
+        if len(picked) > slots:
+            picked = picked[:slots]
+            order = order[: order.index(picked[-1]) + 1]
         return cls(
             [candidates[index] for index in picked],
             [page.digest for page in candidates],

@@ -65,6 +65,42 @@ class Scheduler(Protocol):
     def shutdown(self, wait: bool = True) -> None: ...
 
 
+_DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+
+
+def crontab_weekdays(field: str) -> str:
+    """A crontab day-of-week field (0 or 7 is Sunday) as APScheduler 3 day names (its 0 is Monday: issue 286).
+
+    ``1-5`` is ``mon,tue,wed,thu,fri``; names, lists, ranges and steps are read as cron reads them.
+    """
+    if field == "*":
+        return "*"
+    days: set[int] = set()
+    for part in field.lower().split(","):
+        span, _, step_text = part.partition("/")
+        step = int(step_text) if step_text else 1
+        if span == "*":
+            first, last = 0, 6
+        else:
+            low, _, high = span.partition("-")
+            first = _day_number(low)
+            last = _day_number(high) if high else (6 if step_text else first)
+            if high == "7" or (high and last < first):
+                last += 7
+        if step < 1 or first > last:
+            raise ValueError(f"'{part}' is no day-of-week range")
+        days.update(day % 7 for day in range(first, last + 1, step))
+    return ",".join(_DAY_NAMES[day] for day in sorted(days))
+
+
+def _day_number(text: str) -> int:
+    if text in _DAY_NAMES:
+        return _DAY_NAMES.index(text)
+    if not text.isdigit() or int(text) > 7:
+        raise ValueError(f"'{text}' is no day of the week")
+    return int(text) % 7
+
+
 def quietest_hour(counts: dict[int, int], now: float, zone: tzinfo) -> int | None:
     """The local hour of the day with the fewest human requests on average over the last week, or None until a
     whole day is counted. ``counts`` are requests per hour numbered ``Unix time // 3600``; ties go to the
@@ -101,7 +137,15 @@ class Window:
             if ":" in window:
                 hour, minute = window.split(":")
                 return CronTrigger(hour=int(hour), minute=int(minute), timezone=self.zone)
-            return CronTrigger.from_crontab(window, timezone=self.zone)
+            minute, hour, day, month, weekdays = window.split()
+            return CronTrigger(
+                minute=minute,
+                hour=hour,
+                day=day,
+                month=month,
+                day_of_week=crontab_weekdays(weekdays),
+                timezone=self.zone,
+            )
         except ValueError as exc:
             message = f"Setting 'regenerate.window' has value '{window}'. It is no cron expression: {exc}."
             raise ConfigError(message) from None
