@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from crawlergate.regenerate.rates import change_rate, edf_schedule, freshness, optimal_rates
+from crawlergate.regenerate.rates import change_rate, edf_schedule, freshness, optimal_rates, plan_window
 
 
 def _brute_force(utilities: list[float], changes: list[float], budget: float) -> tuple[float, list[float]]:
@@ -100,3 +100,14 @@ def test_change_rate_estimate_follows_what_refetches_found() -> None:
     assert steady < 0.05 < never_seen < busy
     halves = change_rate(100, 39, 100 * day) * day  # a page changing at 0.5/day is found changed 1 - e^-0.5 = 39 %
     assert halves == pytest.approx(0.5, rel=0.1)
+
+
+def test_a_window_fetches_distinct_pages_and_the_rest_of_the_schedule_waits() -> None:
+    shares = [0.7, 0.2, 0.1]  # page 0 comes up more than once in any three steps
+    plan = plan_window(shares, 3, [0.0, 0.0, 0.0])
+    assert sorted(plan.picked) == [0, 1, 2] and len(plan.order) > 3
+    # Only the first page fetched (the pass stopped): the steps before the second page's turn count, no more.
+    partial = plan.credits_after(shares, [0.0] * 3, 1)
+    steps = plan.order.index(plan.picked[1])
+    assert partial == pytest.approx([steps * share - plan.order[:steps].count(k) for k, share in enumerate(shares)])
+    assert plan_window([0.0, 0.0], 5, [0.0, 0.0]).picked == []

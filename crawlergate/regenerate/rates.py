@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 # A page never re-fetched is taken to have been seen once, half changed, over this long: as likely as
 # not to change within a day. Without it a new page's estimate is 0 and it would never be re-fetched.
@@ -91,6 +92,44 @@ def edf_schedule(
         fetched[page] += 1
         heapq.heappush(waiting, (deadline, page))
     return order, [start[k] + steps * shares[k] - fetched[k] for k in range(count)]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowPlan:
+    """The distinct pages one window re-fetches, in order, and the EDF steps they come from."""
+
+    picked: list[int]
+    order: list[int | None]
+
+    def credits_after(self, shares: Sequence[float], credits: Sequence[float], fetched: int) -> list[float]:
+        """Every page's credit once the first ``fetched`` picked pages are fetched (the steps of the rest wait for
+        the next window). A page whose rate is 0 starts afresh, should it get one again."""
+        steps = self.order.index(self.picked[fetched]) if fetched < len(self.picked) else len(self.order)
+        after = [credit + steps * share if share > 0 else 0.0 for share, credit in zip(shares, credits, strict=True)]
+        for page in self.order[:steps]:
+            if page is not None:
+                after[page] -= 1
+        return after
+
+
+def plan_window(shares: Sequence[float], slots: int, credits: Sequence[float]) -> WindowPlan:
+    """The EDF schedule's next ``slots`` distinct pages, carrying on from ``credits``.
+
+    A page whose rate is more than one a window comes up more than once in it, and is fetched once: the
+    schedule runs on (up to eight windows' steps) until the window's slots hold distinct pages.
+    """
+    scheduled = sum(1 for share in shares if share > 0)
+    steps = slots
+    while True:
+        order, _ = edf_schedule(shares, steps, credits)
+        picked = list(dict.fromkeys(page for page in order if page is not None))
+        if len(picked) >= min(slots, scheduled) or steps >= 8 * slots:
+            break
+        steps *= 2
+    if len(picked) > slots:
+        picked = picked[:slots]
+        order = order[: order.index(picked[-1]) + 1]
+    return WindowPlan(picked, order)
 
 
 def change_rate(fetches: int, changes: int, observed_s: float) -> float:

@@ -40,8 +40,8 @@ from crawlergate.gate.origin import OriginResponse
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
 from crawlergate.regenerate.budget import Pacing, Throttle
-from crawlergate.regenerate.rates import change_rate, edf_schedule, optimal_rates
-from crawlergate.regenerate.state import Refetch, RegenerationState
+from crawlergate.regenerate.rates import WindowPlan, change_rate, optimal_rates, plan_window
+from crawlergate.regenerate.state import History, Refetch, RegenerationState
 
 logger = logging.getLogger(__name__)
 
@@ -288,75 +288,32 @@ class _Revalidation:
     credits the last window left, for as many steps as this window has room for.
     """
 
-    def __init__(
-        self,
-        pages: list[StoredPage],
-        digests: list[str],
-        shares: list[float],
-        credits: list[float],
-        order: list[int | None],
-    ) -> None:
-        self.pages = pages
+    def __init__(self, candidates: list[StoredPage], shares: list[float], credits: list[float], plan: WindowPlan):
+        self.pages = [candidates[index] for index in plan.picked]
         self.first_job = 0
-        self._digests = digests
+        self._digests = [page.digest for page in candidates]
         self._shares = shares
         self._credits = credits
-        self._order = order
-        # The step at which each page of ``pages`` first comes up: a page due twice in a window is fetched once.
-        self._first_steps: list[int] = []
-        seen: set[int] = set()
-        for step, index in enumerate(order):
-            if index is not None and index not in seen:
-                seen.add(index)
-                self._first_steps.append(step)
+        self._plan = plan
 
     @classmethod
     def plan(cls, candidates: list[StoredPage], state: RegenerationState, per_day: float, slots: int) -> _Revalidation:
         histories = state.histories()
-        utilities = [page.demand for page in candidates]
         changes = []
         credits = []
         for page in candidates:
-            history = histories.get(page.digest)
-            if history is None:
-                changes.append(change_rate(0, 0, 0.0) * DAY_S)
-                credits.append(0.0)
-            else:
-                changes.append(change_rate(history.fetches, history.changes, history.observed_s) * DAY_S)
-                credits.append(history.credit)
-        rates = optimal_rates(utilities, changes, per_day)
+            history = histories.get(page.digest) or History()
+            changes.append(change_rate(history.fetches, history.changes, history.observed_s) * DAY_S)
+            credits.append(history.credit)
+        rates = optimal_rates([page.demand for page in candidates], changes, per_day)
         shares = [rate / per_day for rate in rates]
-        # A page whose rate is over one a window comes up more than once; it is fetched once, so the schedule runs
-        # on (up to 8 windows' steps) until the window's slots are filled with distinct pages.
-        scheduled = sum(1 for share in shares if share > 0)
-        steps = slots
-        while True:
-            order, _ = edf_schedule(shares, steps, credits)
-            picked = list(dict.fromkeys(index for index in order if index is not None))
-            if len(picked) >= min(slots, scheduled) or steps >= 8 * slots:
-                break
-            steps *= 2
-        if len(picked) > slots:
-            picked = picked[:slots]
-            order = order[: order.index(picked[-1]) + 1]
-        return cls(
-            [candidates[index] for index in picked],
-            [page.digest for page in candidates],
-            shares,
-            credits,
-            order,
-        )
+        return cls(candidates, shares, credits, plan_window(shares, slots, credits))
 
     def credits_after(self, fetched: int) -> dict[str, float]:
-        """Each scheduled page's credit after the steps of the first ``fetched`` pages (the rest wait)."""
-        steps = len(self._order) if fetched >= len(self._first_steps) else self._first_steps[max(0, fetched)]
-        # A page whose rate is now 0 starts afresh should it get one again.
-        credits = {
-            digest: self._credits[index] + steps * self._shares[index] if self._shares[index] > 0 else 0.0
+        """The scheduled pages' credits once the first ``fetched`` pages of this window are fetched."""
+        after = self._plan.credits_after(self._shares, self._credits, fetched)
+        return {
+            digest: after[index]
             for index, digest in enumerate(self._digests)
             if self._shares[index] > 0 or self._credits[index]
         }
-        for index in self._order[:steps]:
-            if index is not None:
-                credits[self._digests[index]] -= 1
-        return credits
