@@ -193,6 +193,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     regenerate.add_argument("--concurrency", type=_positive_int, help="fetches at once (regenerate.concurrency)")
     regenerate.add_argument("--rate", type=_non_negative_float, help="fetches a second, 0: no limit (regenerate.rate)")
+    regenerate.add_argument(
+        "--origin-share",
+        type=_fraction,
+        help="the share of time the origin may spend on the pass, 0: no limit (regenerate.origin_share)",
+    )
     regenerate.add_argument("--max-pages", type=_non_negative_int, help="pages at most, 0: no limit")
     regenerate.add_argument("--max-seconds", type=_positive_float, help="start no fetch after this long")
     regenerate.add_argument("--json", type=Path, metavar="FILE", help="also write the summary as JSON")
@@ -490,11 +495,9 @@ def _run_regenerate(args: argparse.Namespace) -> int:
     from crawlergate.regenerate.regenerator import PassSummary, Selection
 
     overrides = _flag_overrides(args)
-    for flag, key in (("concurrency", "concurrency"), ("rate", "rate"), ("max_pages", "max_pages")):
+    for flag in ("concurrency", "rate", "origin_share", "max_pages", "max_seconds"):
         if getattr(args, flag) is not None:
-            overrides[f"regenerate.{key}"] = getattr(args, flag)
-    if args.max_seconds is not None:
-        overrides["regenerate.max_seconds"] = args.max_seconds
+            overrides[f"regenerate.{flag}"] = getattr(args, flag)
     settings = _settings(args, overrides)
     if args.all and args.urls:
         raise CrawlerGateError("Give --all or URLs, not both.")

@@ -72,7 +72,9 @@ def _settings(tmp_path: Path, **regenerate: Any) -> Settings:
         l2=L2Settings(cache_dir=str(tmp_path / "l2")),
         cache=CacheSettings(sites=("demo-forum",)),
         admin=AdminSettings(token=TOKEN),
-        regenerate=RegenerateSettings(**{"window": "04:00", "timezone": "UTC", "rate": 0.0, **regenerate}),
+        regenerate=RegenerateSettings(
+            **{"window": "04:00", "timezone": "UTC", "rate": 0.0, "origin_share": 0.0, **regenerate}
+        ),
     )
 
 
@@ -267,6 +269,21 @@ async def test_a_budget_of_n_regenerates_exactly_the_n_most_wanted_pages_at_boun
     gate.core.close()
 
 
+async def test_the_pass_keeps_to_its_share_of_the_origins_time(tmp_path: Path) -> None:
+    origin = Origin(delay_s=0.01)
+    gate = CrawlerGateMiddleware(origin.app(), settings=_settings(tmp_path, origin_share=0.25, revalidate_pages=0))
+    async with _client(gate) as crawler:
+        for number in range(12):
+            await crawler.get(f"/t/{number}", headers=GOOGLEBOT)
+    assert gate.mark_changed("/t/*") == 12
+    summary = await gate.regeneration.regenerator.run(Selection(dirty=True))
+    assert summary.pages == 12
+    # The origin worked for origin_seconds; the pass let at least three times that pass beside it (a floor only:
+    # a slow machine makes it longer, never shorter).
+    assert summary.seconds >= 0.9 * (summary.origin_seconds / 0.25 - summary.origin_seconds / 12 / 0.25)
+    gate.core.close()
+
+
 async def test_revalidation_finds_unannounced_changes_and_learns_change_rates(tmp_path: Path) -> None:
     origin = Origin()
     clock = Clock()
@@ -397,7 +414,7 @@ def test_a_pass_killed_half_way_loses_no_mark_and_leaves_no_half_page(tmp_path: 
         origin.version, origin.delay_s = 2, 0.02
         origin.fetched.clear()
         command = [sys.executable, "-m", "crawlergate", "regenerate", "--origin", site.url]
-        command += ["--cache-dir", str(cache_dir), "--concurrency", "2", "--rate", "0"]
+        command += ["--cache-dir", str(cache_dir), "--concurrency", "2", "--rate", "0", "--origin-share", "0"]
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while len(origin.fetched) < 60:
@@ -442,6 +459,7 @@ def test_two_serve_processes_never_regenerate_at_once(tmp_path: Path) -> None:
             "CRAWLERGATE_REGENERATE_CHECK_SECONDS": "0.2",
             "CRAWLERGATE_REGENERATE_CONCURRENCY": "2",
             "CRAWLERGATE_REGENERATE_RATE": "0",
+            "CRAWLERGATE_REGENERATE_ORIGIN_SHARE": "0",
             "CRAWLERGATE_REGENERATE_REVALIDATE_PAGES": "0",
         }
         ports = [free_port(), free_port()]

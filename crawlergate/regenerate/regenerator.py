@@ -13,7 +13,8 @@ What a fetch leaves behind:
 - an origin error, a cut body or an answer that may not be stored: the old copy and its mark stay.
 
 The budget: at most ``max_pages`` fetches, none started after the time limit, ``concurrency`` at
-once and ``rate`` a second, fewer while the origin slows down (``budget.Throttle``). What does not
+once and ``rate`` a second, the origin's time on them at most ``origin_share`` of the time passing,
+and fewer at once while the origin slows down (``budget.Throttle``). What does not
 fit stays marked for the next window. A pass killed half-way loses nothing: marks are cleared only
 when a page's new copy is stored, and L2 writes are atomic.
 
@@ -139,7 +140,7 @@ class Regenerator:
         budget = self.settings.max_pages if max_pages is None else max_pages
         jobs, schedule = await anyio.to_thread.run_sync(self._plan, selection, budget, summary)
         throttle = Throttle(self.settings.concurrency, self.settings.backoff_factor)
-        pacing = Pacing(self.settings.rate)
+        pacing = Pacing(self.settings.rate, self.settings.origin_share)
         deadline = started + limit_s
         history: list[Refetch] = []
         next_job = 0
@@ -158,7 +159,7 @@ class Regenerator:
                     job = jobs[next_job]
                     next_job += 1
                     await pacing.wait()
-                    await self._regenerate(job, summary, throttle, history)
+                    await self._regenerate(job, summary, throttle, pacing, history)
                 finally:
                     await throttle.release()
                 done += 1
@@ -213,19 +214,22 @@ class Regenerator:
         schedule.first_job = len(jobs) - len(schedule.pages)
         return jobs, schedule
 
-    async def _regenerate(self, job: _Job, summary: PassSummary, throttle: Throttle, history: list[Refetch]) -> None:
+    async def _regenerate(
+        self, job: _Job, summary: PassSummary, throttle: Throttle, pacing: Pacing, history: list[Refetch]
+    ) -> None:
         key = job.key
         previous = await anyio.to_thread.run_sync(self.core.cache.stale_copy, key)
         fetched_at = self.core.clock()
 
         async def timed() -> OriginResponse:
-            began = time.perf_counter()
+            began = time.monotonic()
             try:
                 return await self.fetch(key)
             finally:
-                elapsed = time.perf_counter() - began
+                elapsed = time.monotonic() - began
                 summary.origin_seconds += elapsed
                 throttle.observe(elapsed)
+                pacing.spent(began, elapsed)
 
         summary.pages += 1
         try:
