@@ -11,7 +11,7 @@ The forum (153,100 threads, 20 ms of CPU a page) runs on its own, `crawlergate s
    same span), alternated `--rounds` times; the pass's pages a second give the time of a full
    regeneration of the paper's 153,100 threads.
 
-    python scripts/bench_regenerate.py [--threads 153100 --pages 2000 --concurrency 2 --rate 10]
+    python scripts/bench_regenerate.py [--threads 153100 --pages 2000 --concurrency 2 --rate 10 --origin-share 0.05]
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def main() -> int:
     parser.add_argument("--changed", type=int, default=200, help="threads changed in a day")
     parser.add_argument("--concurrency", type=int, default=2, help="regenerate.concurrency")
     parser.add_argument("--rate", type=float, default=10.0, help="regenerate.rate")
+    parser.add_argument("--origin-share", type=float, default=0.05, help="regenerate.origin_share")
     parser.add_argument("--human-rate", type=float, default=10.0, help="people's page views a second")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each measured phase")
     parser.add_argument("--rounds", type=int, default=2)
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace, folder: Path) -> int:
             stderr=subprocess.DEVNULL,
         )
         budget = ["--concurrency", str(args.concurrency), "--rate", str(args.rate)]
+        budget += ["--origin-share", str(args.origin_share)]
 
         changed = [f"/showthread.php?t={thread}" for thread in threads[: args.changed]]
         invalidate = [*crawlergate, "invalidate", *changed, "--url", gate_url, "--token", "bench"]
@@ -88,7 +90,8 @@ def run(args: argparse.Namespace, folder: Path) -> int:
         day = _regenerate(crawlergate, [*common, *budget, "--dirty"], environment, folder / "day.json")
         print(
             f"the day's {args.changed} changed threads: {day['pages']} regenerated in {day['seconds']:.1f} s "
-            f"(origin time {day['origin_seconds']:.1f} s, concurrency {args.concurrency}, rate {args.rate:g}/s)",
+            f"(origin time {day['origin_seconds']:.1f} s, concurrency {args.concurrency}, rate {args.rate:g}/s, "
+            f"origin share {args.origin_share:g})",
             flush=True,
         )
 

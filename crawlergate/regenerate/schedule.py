@@ -277,7 +277,12 @@ class OffPeakJob:
         self.task: asyncio.Task[PassSummary | None] | None = None
 
     def tick(self) -> float | None:
-        """Write the human requests counted since the last tick; the start of a window to serve now, or None."""
+        """Write the human requests counted since the last tick; the start of a window to serve now, or None.
+
+        It also reads the dirty index, as crawler requests do: a gate that sees none still learns of pages
+        another process regenerated, and drops its in-memory copies of them.
+        """
+        self.regenerator.core.dirty.refresh(wait=False)
         now = self.clock()
         humans = self.metrics.requests("human")
         if humans > self._counted_humans:
