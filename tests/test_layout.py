@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "crawlergate"
 # Modules both halves may use.
 SHARED = {"crawlergate", "crawlergate.errors", "crawlergate.config", "crawlergate.metrics", "crawlergate.rules"}
 SHARED |= {"crawlergate.classify", "crawlergate.keys", "crawlergate.page"}
-LIVE_GATE = ("gate", "adapters", "admin", "stores", "cache.py", "wiring.py")
+LIVE_GATE = ("gate", "adapters", "admin", "stores", "regenerate", "cache.py", "wiring.py")
 
 
 def _module(path: Path) -> str:
@@ -47,3 +47,14 @@ def test_layout_the_live_gate_never_imports_the_tools(path: Path) -> None:
 def test_layout_the_tools_take_only_the_shared_modules_from_the_gate(path: Path) -> None:
     outside = {name for name in _imports(path) if not name.startswith("crawlergate.tools") and name not in SHARED}
     assert not outside, f"{_module(path)} imports {sorted(outside)}"
+
+
+def test_layout_the_schedule_is_the_only_apscheduler_import() -> None:
+    importers = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if any(name.split(".")[0] == "apscheduler" for name in names):
+                importers.add(_module(path))
+    assert importers == {"crawlergate.regenerate.schedule"}
