@@ -48,6 +48,44 @@ def test_rates_match_a_brute_force_optimum_on_small_random_instances(seed: int) 
         assert freshness(utilities, changes, other) <= freshness(utilities, changes, rates) + 1e-12
 
 
+def _brute_force_capped(utilities: list[float], changes: list[float], budget: float, cap: float) -> float:
+    """The best of every assignment of each page to 0, the cap, or free, by the stationary point of the rest."""
+    best = -1.0
+    for states in itertools.product((0, 1, 2), repeat=len(utilities)):
+        free = [i for i, state in enumerate(states) if state == 1]
+        held = [i for i, state in enumerate(states) if state == 2]
+        left = budget - cap * len(held)
+        rates = [cap if state == 2 else 0.0 for state in states]
+        if left < -1e-12 or (not free and abs(left) > 1e-9):
+            continue
+        if free:
+            roots = sum(math.sqrt(utilities[i] * changes[i]) for i in free)
+            multiplier = (roots / (left + sum(changes[i] for i in free))) ** 2
+            for i in free:
+                rates[i] = math.sqrt(utilities[i] * changes[i] / multiplier) - changes[i]
+            if min(rates[i] for i in free) < -1e-12 or max(rates[i] for i in free) > cap + 1e-12:
+                continue
+        best = max(best, freshness(utilities, changes, rates))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_capped_rates_match_a_brute_force_optimum(seed: int) -> None:
+    generator = random.Random(1000 + seed)
+    count = generator.randint(2, 5)
+    utilities = [generator.lognormvariate(0, 1.5) for _ in range(count)]
+    changes = [generator.lognormvariate(0, 1.5) for _ in range(count)]
+    cap = generator.uniform(0.2, 2)
+    budget = generator.uniform(0.1, cap * count * 0.95)
+    rates = optimal_rates(utilities, changes, budget, cap=cap)
+    assert sum(rates) == pytest.approx(budget, abs=1e-9) and max(rates) <= cap + 1e-12
+    assert freshness(utilities, changes, rates) == pytest.approx(
+        _brute_force_capped(utilities, changes, budget, cap), abs=1e-9
+    )
+    # A budget over every page's cap: all at the cap.
+    assert optimal_rates(utilities, changes, cap * count + 1, cap=cap) == [cap] * count
+
+
 def test_rates_give_nothing_to_pages_that_change_too_often_for_their_demand() -> None:
     # Page 2 is wanted as much as page 0 but changes 100 times as often: its μ/Δ is below λ.
     rates = optimal_rates([10.0, 1.0, 10.0], [0.5, 0.1, 50.0], budget=2.0)
@@ -94,7 +132,7 @@ def test_edf_carries_on_across_windows_through_its_credits() -> None:
 def test_change_rate_estimate_follows_what_refetches_found() -> None:
     day = 86400.0
     never_seen = change_rate(0, 0, 0.0) * day
-    assert 0.3 < never_seen < 0.5  # the prior: as likely as not to change within a day
+    assert 0.3 < never_seen < 0.5  # the prior: a one-in-three chance of a change within a day
     steady = change_rate(30, 0, 30 * day) * day
     busy = change_rate(30, 30, 30 * day) * day
     assert steady < 0.05 < never_seen < busy

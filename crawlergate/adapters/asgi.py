@@ -106,6 +106,7 @@ class CrawlerGateMiddleware:
             self._scheduler = start_async_scheduler(self.regeneration)
 
     async def _stop_schedule(self) -> None:
+        self.regeneration.stop()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None

@@ -81,6 +81,9 @@ class CrawlerGateWSGI:
         self._scheduler: Scheduler | None = None
         self._scheduling = False
         self._scheduling_lock = threading.Lock()
+        self._regeneration_fetches = ThreadPoolExecutor(
+            max_workers=settings.regenerate.concurrency, thread_name_prefix="crawlergate-regenerate-fetch"
+        )
 
     def start(self) -> None:
         self.core.start()
@@ -98,10 +101,12 @@ class CrawlerGateWSGI:
                 self._scheduler = start_background_scheduler(self.regeneration)
 
     async def _fetch_for_regeneration(self, key: CacheKey) -> OriginResponse:
-        """A regeneration's guest sub-request, in a thread, within the fill deadline."""
+        """A regeneration's guest sub-request, in a thread of its own pool (a site that hangs keeps that thread,
+        never the pass: it moves on after the fill deadline)."""
         call = functools.partial(self.origin.fetch_guest, key.target, client=None, arrived_at=self._arrived_at)
+        answer = asyncio.get_running_loop().run_in_executor(self._regeneration_fetches, call)
         try:
-            return await asyncio.wait_for(asyncio.to_thread(call), self.settings.cache.fill_timeout_seconds)
+            return await asyncio.wait_for(answer, self.settings.cache.fill_timeout_seconds)
         except TimeoutError:
             raise OriginTimeout(f"{key.target}: the site did not answer in time") from None
 
@@ -111,9 +116,12 @@ class CrawlerGateWSGI:
             future.result()
 
     def close(self) -> None:
-        """Stop the off-peak job, finish queued prefetches and release the stores."""
+        """Stop the off-peak job (a pass under way ends its fetches first), finish queued prefetches and release
+        the stores."""
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
+        self.regeneration.stop(wait_s=self.settings.cache.fill_timeout_seconds + 5)
+        self._regeneration_fetches.shutdown(wait=False, cancel_futures=True)
         self._prefetcher.shutdown(wait=True)
         self.filler.close()
         self.core.close()

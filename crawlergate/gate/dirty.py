@@ -369,13 +369,15 @@ class DirtyIndex:
         """One write transaction with its sequence number: writers take turns, so rows commit in seq order."""
         database = self._db()
         database.execute("BEGIN IMMEDIATE")
+        seq = 0
         try:
             database.execute("UPDATE counter SET seq = seq + 1 WHERE id = 0")
-            (seq,) = database.execute("SELECT seq FROM counter WHERE id = 0").fetchone()
-            self._own_seqs.add(int(seq))
-            yield database, int(seq)
+            seq = int(database.execute("SELECT seq FROM counter WHERE id = 0").fetchone()[0])
+            self._own_seqs.add(seq)
+            yield database, seq
         except BaseException:
             database.execute("ROLLBACK")
+            self._own_seqs.discard(seq)  # rolled back: another process will write this number
             raise
         database.execute("COMMIT")
 
@@ -391,12 +393,14 @@ class DirtyIndex:
             "SELECT digest, dirty_since, seq, stored_seq FROM pages WHERE seq > ?", (self._seen_seq,)
         ).fetchall()
         replaced: list[str] = []
+        seen_before = self._seen_seq
         for digest, dirty_since, seq, stored_seq in rows:
             if dirty_since is None:
                 self._dirty.pop(digest, None)
             else:
                 self._dirty[digest] = dirty_since
-            if stored_seq == seq and seq not in self._own_seqs and not force:
+            # Stored (or removed) since the last look, by another process: even if marked again after.
+            if stored_seq > seen_before and stored_seq not in self._own_seqs and not force:
                 replaced.append(digest)
             self._seen_seq = max(self._seen_seq, seq)
         self._own_seqs = {seq for seq in self._own_seqs if seq > self._seen_seq}

@@ -16,6 +16,7 @@ keeps to a rate.
 from __future__ import annotations
 
 import asyncio
+import math
 import statistics
 import time
 from collections import deque
@@ -39,13 +40,14 @@ class Throttle:
         self._pause_s = 0.0
         self._changed = asyncio.Condition()
 
-    async def acquire(self) -> None:
+    async def acquire(self, deadline: float) -> None:
+        """Take a slot (pausing first while the origin is slow, though never past ``deadline``, monotonic)."""
         async with self._changed:
             await self._changed.wait_for(lambda: self._in_flight < self.allowed)
             self._in_flight += 1
             self.busiest = max(self.busiest, self._in_flight)
         if self._pause_s:
-            await asyncio.sleep(self._pause_s)
+            await asyncio.sleep(max(0.0, min(self._pause_s, deadline - time.monotonic())))
 
     async def release(self) -> None:
         async with self._changed:
@@ -83,15 +85,19 @@ class Pacing:
         self._free_at = 0.0
         self._lock = asyncio.Lock()
 
-    async def wait(self) -> None:
+    async def wait(self, deadline: float = math.inf) -> bool:
+        """Wait for the next fetch's turn; False, at once, when that turn comes after ``deadline`` (monotonic)."""
         if not self._interval and not self._share:
-            return
+            return True
         async with self._lock:
             now = time.monotonic()
             start = max(self._next, self._free_at)
+            if start >= deadline:
+                return False
             if start > now:
                 await asyncio.sleep(start - now)
             self._next = max(now, self._next) + self._interval
+        return True
 
     def spent(self, began: float, seconds: float) -> None:
         """A fetch that began at ``began`` (``time.monotonic()``) took the origin ``seconds``."""

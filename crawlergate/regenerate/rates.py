@@ -21,21 +21,49 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# A page never re-fetched is taken to have been seen once, half changed, over this long: as likely as
-# not to change within a day. Without it a new page's estimate is 0 and it would never be re-fetched.
+# A page never re-fetched is taken to have been seen once, half changed, over this long: a one-in-three
+# chance of changing within a day. Without it a new page's estimate is 0 and it would never be re-fetched.
 PRIOR_INTERVAL_S = 86400.0
 
 
-def optimal_rates(utilities: Sequence[float], change_rates: Sequence[float], budget: float) -> list[float]:
+def optimal_rates(
+    utilities: Sequence[float], change_rates: Sequence[float], budget: float, *, cap: float | None = None
+) -> list[float]:
     """The re-fetch rates (summing to ``budget``) that maximise Σ μ_i ρ_i / (ρ_i + Δ_i) (Azar et al., Problem 2).
 
-    A page nobody asks for (μ_i = 0) or that never changes (Δ_i = 0) gets rate 0.
+    A page nobody asks for (μ_i = 0) or that never changes (Δ_i = 0) gets rate 0. ``cap`` bounds each rate
+    (a page is fetched at most once a window): the pages whose optimal rate exceeds it are held at it and the
+    rest of the budget is shared again, until none does (exact, since the objective is concave and separable:
+    holding pages at the cap only lowers the multiplier, so no rate falls back below it).
     """
     rates = [0.0] * len(utilities)
     active = [i for i, (mu, delta) in enumerate(zip(utilities, change_rates, strict=True)) if mu > 0 and delta > 0]
     if budget <= 0 or not active:
         return rates
-    active.sort(key=lambda i: utilities[i] / change_rates[i])
+    if cap is not None and cap * len(active) <= budget:
+        for i in active:
+            rates[i] = cap
+        return rates
+    capped: list[int] = []
+    while True:
+        free = [i for i in active if i not in set(capped)]
+        solved = _algorithm_2(utilities, change_rates, free, budget - len(capped) * (cap or 0.0))
+        over = [i for i, rate in solved.items() if cap is not None and rate > cap]
+        if not over:
+            break
+        capped += over
+    for i, rate in solved.items():
+        rates[i] = rate
+    for i in capped:
+        rates[i] = cap or 0.0
+    return rates
+
+
+def _algorithm_2(
+    utilities: Sequence[float], change_rates: Sequence[float], pages: list[int], budget: float
+) -> dict[int, float]:
+    """Azar et al.'s Algorithm 2 over ``pages`` (each with μ > 0 and Δ > 0): their rates, summing to ``budget``."""
+    active = sorted(pages, key=lambda i: utilities[i] / change_rates[i])
     roots = sum(math.sqrt(utilities[i] * change_rates[i]) for i in active)
     deltas = sum(change_rates[i] for i in active)
     first = 0
@@ -48,9 +76,9 @@ def optimal_rates(utilities: Sequence[float], change_rates: Sequence[float], bud
         roots -= math.sqrt(utilities[lowest] * change_rates[lowest])
         deltas -= change_rates[lowest]
         first += 1
-    for i in active[first:]:
-        rates[i] = max(0.0, math.sqrt(utilities[i] * change_rates[i] / multiplier) - change_rates[i])
-    return rates
+    return {
+        i: max(0.0, math.sqrt(utilities[i] * change_rates[i] / multiplier) - change_rates[i]) for i in active[first:]
+    }
 
 
 def freshness(utilities: Sequence[float], change_rates: Sequence[float], rates: Sequence[float]) -> float:

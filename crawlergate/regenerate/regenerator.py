@@ -92,8 +92,10 @@ class PassSummary:
 
 @dataclass(frozen=True, slots=True)
 class _Job:
+    """One fetch of the pass; a revalidation's turn in the window's EDF plan, or None for a marked page."""
+
     key: CacheKey
-    revalidation: bool = False
+    revalidation: int | None = None
 
 
 class Regenerator:
@@ -124,6 +126,12 @@ class Regenerator:
         self.state = state
         self.settings = settings
         self.windows_per_day = windows_per_day
+        # Set by ``stop``: workers start no more fetches (the gate is shutting down).
+        self.stopping = False
+        self._schedule: _Revalidation | None = None
+
+    def stop(self) -> None:
+        self.stopping = True
 
     async def run(
         self,
@@ -138,7 +146,8 @@ class Regenerator:
         summary = PassSummary(start=self.core.clock())
         limit_s = self.settings.max_seconds if time_limit_s is None else time_limit_s
         budget = self.settings.max_pages if max_pages is None else max_pages
-        jobs, schedule = await anyio.to_thread.run_sync(self._plan, selection, budget, summary)
+        jobs, schedule, truncated = await anyio.to_thread.run_sync(self._plan, selection, budget, summary)
+        self._schedule = schedule
         throttle = Throttle(self.settings.concurrency, self.settings.backoff_factor)
         pacing = Pacing(self.settings.rate, self.settings.origin_share)
         deadline = started + limit_s
@@ -146,19 +155,23 @@ class Regenerator:
         next_job = 0
         done = 0
 
+        def over() -> bool:
+            if self.stopping:
+                summary.stopped = "shutdown"
+            elif time.monotonic() >= deadline:
+                summary.stopped = "time limit"
+            return self.stopping or time.monotonic() >= deadline
+
         async def work() -> None:
             nonlocal next_job, done
             while True:
-                await throttle.acquire()
+                await throttle.acquire(deadline)
                 try:
-                    if next_job >= len(jobs):
-                        return
-                    if time.monotonic() >= deadline:
-                        summary.stopped = "time limit"
+                    # The waits for a slot and for the pace may end past the deadline: it is checked after them.
+                    if next_job >= len(jobs) or over() or not await pacing.wait(deadline) or over():
                         return
                     job = jobs[next_job]
                     next_job += 1
-                    await pacing.wait()
                     await self._regenerate(job, summary, throttle, pacing, history)
                 finally:
                     await throttle.release()
@@ -170,16 +183,24 @@ class Regenerator:
                     await anyio.to_thread.run_sync(self.state.record_refetches, batch)
 
         try:
-            await asyncio.gather(*(work() for _ in range(self.settings.concurrency)))
+            # A task group: should one worker fail (the index unusable), the others stop with it.
+            async with asyncio.TaskGroup() as workers:
+                for _ in range(self.settings.concurrency):
+                    workers.create_task(work())
         finally:
-            await anyio.to_thread.run_sync(self._finish, schedule, next_job, history, summary)
+            await anyio.to_thread.run_sync(self._finish, schedule, history, summary)
+        if truncated and summary.stopped == "done":
+            summary.stopped = "page budget"
         summary.seconds = time.monotonic() - started
         summary.backoffs = throttle.backoffs
         summary.busiest = throttle.busiest
         return summary
 
-    def _plan(self, selection: Selection, budget: int, summary: PassSummary) -> tuple[list[_Job], _Revalidation | None]:
-        """The fetches of the pass in order, and the revalidation schedule they end with (if any)."""
+    def _plan(
+        self, selection: Selection, budget: int, summary: PassSummary
+    ) -> tuple[list[_Job], _Revalidation | None, bool]:
+        """The fetches of the pass in order, the revalidation schedule they end with (if any), and whether the
+        page budget left pages out."""
         held = self.core.cache.l2
         catalogue = self.core.dirty.stored_pages(dirty_only=not (selection.all_pages or selection.revalidate))
         stored = [page for page in catalogue if held.contains(page.digest) or held.path_for(page.digest).exists()]
@@ -197,22 +218,24 @@ class Regenerator:
                     if key is not None:
                         keys.setdefault(page.digest, key)
         jobs = [_Job(key) for key in keys.values()]
+        truncated = bool(budget) and len(jobs) > budget
         if budget:
             jobs = jobs[:budget]
         slots = self.settings.revalidate_pages
         if budget:
             slots = min(slots, budget - len(jobs))
         if not selection.revalidate or slots <= 0:
-            return jobs, None
+            return jobs, None, truncated
         candidates = [page for page in stored if page.dirty_since is None and page.digest not in keys]
         per_day = self.settings.revalidate_pages * self.windows_per_day
-        schedule = _Revalidation.plan(candidates, self.state, per_day, slots)
-        for page in schedule.pages:
+        schedule = _Revalidation.plan(candidates, self.state, per_day, slots, self.windows_per_day)
+        for turn, page in enumerate(schedule.pages):
             key = self.core.key_for_url(page.target)
-            if key is not None:
-                jobs.append(_Job(key, revalidation=True))
-        schedule.first_job = len(jobs) - len(schedule.pages)
-        return jobs, schedule
+            if key is None:  # no longer cacheable by the rules: nothing to fetch, its turn is taken
+                schedule.done.add(turn)
+            else:
+                jobs.append(_Job(key, revalidation=turn))
+        return jobs, schedule, truncated
 
     async def _regenerate(
         self, job: _Job, summary: PassSummary, throttle: Throttle, pacing: Pacing, history: list[Refetch]
@@ -245,17 +268,20 @@ class Regenerator:
                 summary.unchanged += 1
             if previous is not None:
                 history.append(Refetch(key.digest, changed, fetched_at - previous.generated_at))
-            if job.revalidation:
+            if job.revalidation is not None:
                 summary.revalidated += 1
                 summary.revalidations_changed += changed
+                self._revalidated(job.revalidation)
             return
         if result.has("origin-error") or result.has("incomplete"):
             self._failed(summary, key, f"{key.target}: the site answered {result.response.status}, or cut the body")
         elif result.response.status in _GONE:
             await anyio.to_thread.run_sync(self._remove, key, fetched_at)
             summary.removed += 1
+            self._revalidated(job.revalidation)
         else:
             summary.not_stored += 1
+            self._revalidated(job.revalidation)
 
     def _remove(self, key: CacheKey, fetched_at: float) -> None:
         self.core.cache.invalidate(key)
@@ -269,13 +295,15 @@ class Regenerator:
             summary.error_samples.append(message)
             logger.warning("regeneration of %s failed: %s", key.target, message)
 
-    def _finish(
-        self, schedule: _Revalidation | None, jobs_started: int, history: list[Refetch], summary: PassSummary
-    ) -> None:
+    def _revalidated(self, turn: int | None) -> None:
+        if turn is not None and self._schedule is not None:
+            self._schedule.done.add(turn)
+
+    def _finish(self, schedule: _Revalidation | None, history: list[Refetch], summary: PassSummary) -> None:
         """Write what the pass learnt, and count the marked pages still waiting."""
         self.state.record_refetches(history)
         if schedule is not None:
-            self.state.save_credits(schedule.credits_after(jobs_started - schedule.first_job))
+            self.state.save_credits(schedule.credits_after())
         held = self.core.cache.l2
         summary.remaining = sum(
             1
@@ -288,20 +316,23 @@ class _Revalidation:
     """This window's share of the EDF schedule over Azar et al.'s optimal rates, for pages with no change signal.
 
     Utilities are the pages' crawler demand; change rates are estimated from their re-fetch histories;
-    the budget is ``revalidate_pages`` a window, as re-fetches a day. The schedule runs on from the
-    credits the last window left, for as many steps as this window has room for.
+    the budget is ``revalidate_pages`` a window, as re-fetches a day, and no page more than once a window.
+    The schedule runs on from the credits the last window left; the turns this window does not get to (the
+    pass stopped, a fetch failed) keep their credit for the next one.
     """
 
     def __init__(self, candidates: list[StoredPage], shares: list[float], credits: list[float], plan: WindowPlan):
         self.pages = [candidates[index] for index in plan.picked]
-        self.first_job = 0
+        self.done: set[int] = set()  # turns (indexes into ``pages``) fetched
         self._digests = [page.digest for page in candidates]
         self._shares = shares
         self._credits = credits
         self._plan = plan
 
     @classmethod
-    def plan(cls, candidates: list[StoredPage], state: RegenerationState, per_day: float, slots: int) -> _Revalidation:
+    def plan(
+        cls, candidates: list[StoredPage], state: RegenerationState, per_day: float, slots: int, windows_per_day: float
+    ) -> _Revalidation:
         histories = state.histories()
         changes = []
         credits = []
@@ -309,12 +340,13 @@ class _Revalidation:
             history = histories.get(page.digest) or History()
             changes.append(change_rate(history.fetches, history.changes, history.observed_s) * DAY_S)
             credits.append(history.credit)
-        rates = optimal_rates([page.demand for page in candidates], changes, per_day)
+        rates = optimal_rates([page.demand for page in candidates], changes, per_day, cap=windows_per_day)
         shares = [rate / per_day for rate in rates]
         return cls(candidates, shares, credits, plan_window(shares, slots, credits))
 
-    def credits_after(self, fetched: int) -> dict[str, float]:
-        """The scheduled pages' credits once the first ``fetched`` pages of this window are fetched."""
+    def credits_after(self) -> dict[str, float]:
+        """The scheduled pages' credits after the turns done in order, up to the first that was not."""
+        fetched = next((turn for turn in range(len(self.pages)) if turn not in self.done), len(self.pages))
         after = self._plan.credits_after(self._shares, self._credits, fetched)
         return {
             digest: after[index]

@@ -42,11 +42,14 @@ import anyio
 import tzlocal
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from crawlergate.config import RegenerateSettings
 from crawlergate.errors import ConfigError, StoreUnavailable
+from crawlergate.gate.dirty import IndexUnavailable
 from crawlergate.metrics import Metrics
 from crawlergate.regenerate.regenerator import PassSummary, Regenerator, Selection
 from crawlergate.regenerate.state import RegenerationState
@@ -85,7 +88,7 @@ def crontab_weekdays(field: str) -> str:
             low, _, high = span.partition("-")
             first = _day_number(low)
             last = _day_number(high) if high else (6 if step_text else first)
-            if high == "7" or (high and last < first):
+            if last < first:  # "sat-sun"
                 last += 7
         if step < 1 or first > last:
             raise ValueError(f"'{part}' is no day-of-week range")
@@ -94,25 +97,28 @@ def crontab_weekdays(field: str) -> str:
 
 
 def _day_number(text: str) -> int:
+    """0 to 7 as written (7 is Sunday again, so "5-7" runs to it); names from sun = 0."""
     if text in _DAY_NAMES:
         return _DAY_NAMES.index(text)
     if not text.isdigit() or int(text) > 7:
         raise ValueError(f"'{text}' is no day of the week")
-    return int(text) % 7
+    return int(text)
 
 
-def quietest_hour(counts: dict[int, int], now: float, zone: tzinfo) -> int | None:
-    """The local hour of the day with the fewest human requests on average over the last week, or None until a
-    whole day is counted. ``counts`` are requests per hour numbered ``Unix time // 3600``; ties go to the
-    hour nearest 04:00."""
-    current = int(now // 3600)
-    if not counts or current - min(counts) < 24:
+def quietest_hour(counts: dict[int, int], until: float, zone: tzinfo) -> int | None:
+    """The local hour of the day with the fewest human requests on average over the week before ``until``, or
+    None until a whole day is counted. ``counts`` are requests per hour numbered ``Unix time // 3600``, for
+    the hours a gate ran (an hour with no row is one nobody counted, not a quiet one); ties go to the hour
+    nearest 04:00."""
+    current = int(until // 3600)
+    counted = [hour for hour in counts if current - 7 * 24 <= hour < current]
+    if not counted or current - min(counted) < 24:
         return None
     totals = [0] * 24
     seen = [0] * 24
-    for hour in range(max(min(counts), current - 7 * 24), current):
+    for hour in counted:
         local = datetime.fromtimestamp(hour * 3600, zone).hour
-        totals[local] += counts.get(hour, 0)
+        totals[local] += counts[hour]
         seen[local] += 1
     means = [totals[h] / seen[h] if seen[h] else math.inf for h in range(24)]
     return min(range(24), key=lambda h: (means[h], min((h - DEFAULT_HOUR) % 24, (DEFAULT_HOUR - h) % 24), h))
@@ -129,39 +135,46 @@ class Window:
         self.clock = clock
         self.zone: tzinfo = ZoneInfo(settings.timezone) if settings.timezone else tzlocal.get_localzone()
         self.auto = settings.window.strip() == "auto"
-        self._fixed: CronTrigger | None = None if self.auto else self._parse(settings.window.strip())
+        self._fixed: BaseTrigger | None = None if self.auto else self._parse(settings.window.strip())
         self._learned: tuple[object, int, bool] | None = None  # (local date, hour, learned)
 
-    def _parse(self, window: str) -> CronTrigger:
+    def _parse(self, window: str) -> BaseTrigger:
         try:
             if ":" in window:
                 hour, minute = window.split(":")
                 return CronTrigger(hour=int(hour), minute=int(minute), timezone=self.zone)
             minute, hour, day, month, weekdays = window.split()
-            return CronTrigger(
-                minute=minute,
-                hour=hour,
-                day=day,
-                month=month,
-                day_of_week=crontab_weekdays(weekdays),
-                timezone=self.zone,
-            )
+            times = {"minute": minute, "hour": hour, "month": month, "timezone": self.zone}
+            if day != "*" and weekdays != "*":
+                # cron runs on either day when both are given (APScheduler would want both at once).
+                return OrTrigger(
+                    [CronTrigger(day=day, **times), CronTrigger(day_of_week=crontab_weekdays(weekdays), **times)]
+                )
+            return CronTrigger(day=day, day_of_week=crontab_weekdays(weekdays), **times)
         except ValueError as exc:
             message = f"Setting 'regenerate.window' has value '{window}'. It is no cron expression: {exc}."
             raise ConfigError(message) from None
 
     def hour(self, now: float) -> tuple[int, bool]:
-        """The auto window's hour for the day of ``now``, and whether it was learned (else the default)."""
-        today = datetime.fromtimestamp(now, self.zone).date()
+        """The auto window's hour for the day of ``now``, and whether it was learned (else the default).
+
+        It is learned from the hours before that day's local midnight, so every worker, whenever it asks,
+        finds the same hour for the same day.
+        """
+        local = datetime.fromtimestamp(now, self.zone)
+        today = local.date()
         if self._learned is None or self._learned[0] != today:
-            learned = quietest_hour(self.state.human_hours(), now, self.zone)
+            midnight = datetime.combine(today, datetime.min.time(), self.zone).timestamp()
+            learned = quietest_hour(self.state.human_hours(), midnight, self.zone)
             self._learned = (today, DEFAULT_HOUR if learned is None else learned, learned is not None)
         return self._learned[1], self._learned[2]
 
-    def trigger(self, now: float) -> CronTrigger:
+    def trigger(self, now: float) -> BaseTrigger:
         if self._fixed is not None:
             return self._fixed
-        return CronTrigger(hour=self.hour(now)[0], minute=0, timezone=self.zone)
+        # Hours are counted from whole hours of Unix time: in a zone half an hour off (India), so is the window.
+        minute = datetime.fromtimestamp(int(now // 3600) * 3600, self.zone).minute
+        return CronTrigger(hour=self.hour(now)[0], minute=minute, timezone=self.zone)
 
     def opened_at(self, now: float) -> float | None:
         """The start of the window open at ``now`` (Unix time), or None when none is."""
@@ -182,15 +195,22 @@ class Window:
         return None if start is None else start.timestamp()
 
     def per_day(self, now: float) -> float:
-        """Windows a day, on average over the coming week (at least one a week)."""
+        """Windows a day, on average over the coming four weeks (at least one in them)."""
         trigger = self.trigger(now)
-        end = datetime.fromtimestamp(now, self.zone) + timedelta(days=7)
+        end = datetime.fromtimestamp(now, self.zone) + timedelta(days=28)
         starts = 0
         start = trigger.get_next_fire_time(None, datetime.fromtimestamp(now, self.zone))
-        while start is not None and start < end and starts < 7 * 24 * 60:
+        while start is not None and start < end and starts < 28 * 24 * 60:
             starts += 1
             start = trigger.get_next_fire_time(start, start + timedelta(seconds=1))
-        return max(1, starts) / 7
+        return max(1, starts) / 28
+
+    def same_window(self, first: float, second: float) -> bool:
+        """Whether two starts are one window: equal, or the same local time twice in the hour a clock goes back."""
+        if first == second:
+            return True
+        wall = [datetime.fromtimestamp(start, self.zone).replace(tzinfo=None) for start in (first, second)]
+        return wall[0] == wall[1] and abs(first - second) <= 2 * 3600
 
 
 class Lease:
@@ -216,22 +236,31 @@ class Lease:
         return self.state.take_lease(self.holder, self.ttl_s, is_stale=_died_here)
 
     def _take_memcached(self) -> str | None:
+        """``add`` takes a free lease; a released one (empty) or a dead holder's is taken by compare-and-set, so
+        of two processes that saw it free, one wins."""
         assert self.memcached is not None
-        for _ in range(2):
-            if self.memcached.add_expiring(LEASE_KEY, self.holder.encode(), self.ttl_s):
+        mine = self.holder.encode()
+        for _ in range(3):
+            if self.memcached.add_expiring(LEASE_KEY, mine, self.ttl_s):
                 return None
-            current = (self.memcached.get(LEASE_KEY) or b"").decode("utf-8", "replace")
-            if not current or not _died_here(current):
-                return current or "another process"
-            self.memcached.delete(LEASE_KEY)
+            value, token = self.memcached.gets(LEASE_KEY)
+            if value is None or token is None:
+                continue  # gone meanwhile: add again
+            current = value.decode("utf-8", "replace")
+            if current and not _died_here(current):
+                return current
+            if self.memcached.cas(LEASE_KEY, mine, token, self.ttl_s):
+                return None
         return "another process"
 
     def release(self) -> None:
+        """Give the lease up (only if it is still this process's): an empty value for a second marks it free."""
         if self._in_memcached and self.memcached is not None:
             self._in_memcached = False
             with contextlib.suppress(StoreUnavailable):
-                if self.memcached.get(LEASE_KEY) == self.holder.encode():
-                    self.memcached.delete(LEASE_KEY)
+                value, token = self.memcached.gets(LEASE_KEY)
+                if value == self.holder.encode() and token is not None:
+                    self.memcached.cas(LEASE_KEY, b"", token, 1)
             return
         self.state.release_lease(self.holder)
 
@@ -273,79 +302,113 @@ class OffPeakJob:
         self.revalidate = revalidate
         self.clock = clock
         self.running = False
+        self.closed = False
         self._counted_humans = 0
         self.task: asyncio.Task[PassSummary | None] | None = None
+        self.thread: threading.Thread | None = None
 
     def tick(self) -> float | None:
         """Write the human requests counted since the last tick; the start of a window to serve now, or None.
 
         It also reads the dirty index, as crawler requests do: a gate that sees none still learns of pages
-        another process regenerated, and drops its in-memory copies of them.
+        another process regenerated, and drops its in-memory copies of them. A busy or broken index is
+        logged and the tick skipped.
         """
-        self.regenerator.core.dirty.refresh(wait=False)
-        now = self.clock()
-        humans = self.metrics.requests("human")
-        if humans > self._counted_humans:
+        if self.closed:
+            return None
+        try:
+            self.regenerator.core.dirty.refresh(wait=False)
+            now = self.clock()
+            humans = self.metrics.requests("human")
+            # A row every tick, none for hours the gate was down: those are not quiet, only uncounted.
             self.state.add_human_requests(int(now // 3600), humans - self._counted_humans)
             self._counted_humans = humans
-        if self.running:
-            return None
-        opened = self.window.opened_at(now)
-        if opened is None or self._served(opened):
+            if self.running:
+                return None
+            opened = self.window.opened_at(now)
+            if opened is None or self._served(opened):
+                return None
+        except IndexUnavailable as exc:
+            logger.warning("regeneration: %s", exc)
             return None
         return opened
 
     def _served(self, opened: float) -> bool:
         last = self.state.last_window()
-        return last is not None and (last.get("scheduled_start") or 0) >= opened
+        start = None if last is None else last.get("scheduled_start")
+        return start is not None and (start >= opened or self.window.same_window(start, opened))
+
+    def stop(self, wait_s: float = 0.0) -> None:
+        """No more windows; a pass under way starts no more fetches (and a WSGI pass's thread is waited for)."""
+        self.closed = True
+        self.regenerator.stop()
+        if self.thread is not None:
+            self.thread.join(wait_s)
 
     async def run_window(self, opened: float) -> PassSummary | None:
-        """The pass of the window that opened at ``opened``, if this process gets the lease and no one served it."""
+        """The pass of the window that opened at ``opened``, if this process gets the lease and no one served it.
+
+        A window whose every fetch failed (the site down, no address to ask it by) is not recorded as served:
+        the next tick within it tries again. Failures are logged in one line, never raised.
+        """
         self.running = True
         try:
-            holder = await anyio.to_thread.run_sync(self.lease.take)
-            if holder is not None:
-                logger.info("regeneration window: %s holds the lease", holder)
-                return None
-            try:
-                if await anyio.to_thread.run_sync(self._served, opened):
-                    return None
-                now = self.clock()
-                left_s = opened + self.window.settings.max_seconds - now
-                self.regenerator.windows_per_day = self.window.per_day(now)
-                logger.info("regeneration window opened; the pass may take %.0f s", left_s)
-                summary = await self.regenerator.run(
-                    Selection(dirty=True, revalidate=self.revalidate), time_limit_s=max(0.0, left_s)
-                )
-                await anyio.to_thread.run_sync(
-                    lambda: self.state.record_window(summary.as_dict(), scheduled_start=opened)
-                )
-                logger.info(
-                    "regeneration window: %d pages (%d changed, %d errors) in %.1f s; %d marked pages wait",
-                    summary.pages,
-                    summary.changed,
-                    summary.errors,
-                    summary.seconds,
-                    summary.remaining,
-                )
-                return summary
-            finally:
-                await anyio.to_thread.run_sync(self.lease.release)
+            return await self._run_window(opened)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.warning("regeneration window failed: %s: %s", type(exc).__name__, exc)
+            return None
         finally:
             self.running = False
 
+    async def _run_window(self, opened: float) -> PassSummary | None:
+        holder = await anyio.to_thread.run_sync(self.lease.take)
+        if holder is not None:
+            logger.info("regeneration window: %s holds the lease", holder)
+            return None
+        try:
+            if await anyio.to_thread.run_sync(self._served, opened):
+                return None
+            now = self.clock()
+            left_s = opened + self.window.settings.max_seconds - now
+            self.regenerator.windows_per_day = self.window.per_day(now)
+            logger.info("regeneration window opened; the pass may take %.0f s", left_s)
+            summary = await self.regenerator.run(
+                Selection(dirty=True, revalidate=self.revalidate), time_limit_s=max(0.0, left_s)
+            )
+            served = not (summary.pages and summary.errors == summary.pages)
+            if served:
+                await anyio.to_thread.run_sync(
+                    lambda: self.state.record_window(summary.as_dict(), scheduled_start=opened)
+                )
+            logger.info(
+                "regeneration window: %d pages (%d changed, %d errors) in %.1f s; %d marked pages wait%s",
+                summary.pages,
+                summary.changed,
+                summary.errors,
+                summary.seconds,
+                summary.remaining,
+                "" if served else "; every fetch failed, the next check tries again",
+            )
+            return summary
+        finally:
+            await anyio.to_thread.run_sync(self.lease.release)
+
     async def tick_async(self) -> None:
         opened = await anyio.to_thread.run_sync(self.tick)
-        if opened is not None:
+        if opened is not None and not self.closed:
+            self.running = True  # until the task's pass ends
             self.task = asyncio.get_running_loop().create_task(self.run_window(opened))
 
     def tick_blocking(self) -> None:
         opened = self.tick()
-        if opened is not None:
+        if opened is not None and not self.closed:
             self.running = True  # until the thread's pass ends
-            threading.Thread(
+            self.thread = threading.Thread(
                 target=asyncio.run, args=(self.run_window(opened),), name="crawlergate-regenerate", daemon=True
-            ).start()
+            )
+            self.thread.start()
 
     def status(self) -> dict[str, Any]:
         """The `stats` part: the window setting, the next window, the last one (whoever ran it: a worker's

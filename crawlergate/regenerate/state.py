@@ -182,6 +182,8 @@ class RegenerationState:
         return json.loads(rows[0][0]) if rows else None
 
     def _read(self, query: str, parameters: tuple[Any, ...] = ()) -> list[Any]:
+        if self._connection is None:
+            self.start()  # a gate whose job never started still reports the command's passes
         try:
             with self._lock:
                 return self._db().execute(query, parameters).fetchall()
@@ -195,6 +197,8 @@ class RegenerationState:
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
+        if self._connection is None:
+            self.start()
         try:
             with self._lock:
                 database = self._db()

@@ -89,6 +89,17 @@ class MemcachedStore:
         expire = max(1, math.ceil(ttl_s))
         return bool(self._call(key, lambda client, k: client.add(k, value, expire=expire, noreply=False)))
 
+    def gets(self, key: str) -> tuple[bytes | None, bytes | None]:
+        """The value and its compare-and-set token (None, None when the key is not there)."""
+        found = self._call(key, lambda client, k: client.gets(k))
+        value, token = found if isinstance(found, tuple) else (None, None)
+        return (value if isinstance(value, bytes) else None), (token if isinstance(token, bytes) else None)
+
+    def cas(self, key: str, value: bytes, token: bytes, ttl_s: float) -> bool:
+        """Replace the value only if nobody changed it since ``gets`` gave ``token``; True when replaced."""
+        expire = max(1, math.ceil(ttl_s))
+        return bool(self._call(key, lambda client, k: client.cas(k, value, token, expire=expire, noreply=False)))
+
     def touch(self, key: str) -> bool:
         return bool(self._call(key, lambda client, k: client.touch(k, 0, noreply=False)))
 
