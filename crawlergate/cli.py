@@ -493,6 +493,7 @@ def _run_regenerate(args: argparse.Namespace) -> int:
 
     from crawlergate.adapters.proxy import create_app
     from crawlergate.regenerate.regenerator import PassSummary, Selection
+    from crawlergate.wiring import DIRTY_INDEX_FILE
 
     overrides = _flag_overrides(args)
     for flag in ("concurrency", "rate", "origin_share", "max_pages", "max_seconds"):
@@ -501,6 +502,12 @@ def _run_regenerate(args: argparse.Namespace) -> int:
     settings = _settings(args, overrides)
     if args.all and args.urls:
         raise CrawlerGateError("Give --all or URLs, not both.")
+    if not (settings.cache_dir / DIRTY_INDEX_FILE).is_file():
+        raise CrawlerGateError(
+            f"No cache at {settings.cache_dir} (it has no {DIRTY_INDEX_FILE}): give the --cache-dir serve uses."
+        )
+    if args.json and not os.access(args.json.parent, os.W_OK):
+        raise CrawlerGateError(f"Cannot write the summary to {args.json}: its folder is missing or read-only.")
     selection = Selection(
         dirty=args.dirty or not (args.all or args.urls),
         all_pages=args.all,
@@ -535,21 +542,34 @@ def _run_regenerate(args: argparse.Namespace) -> int:
         return summary
 
     summary = asyncio.run(run())
+    skipped = f"; {summary.not_cacheable:,} of the URLs given are not cacheable" if summary.not_cacheable else ""
     print(
-        f"regenerate: {summary.pages:,} pages fetched: {summary.changed:,} changed, {summary.unchanged:,} unchanged "
-        f"(same ETag), {summary.removed:,} removed (404/410), {summary.not_stored:,} not storable, "
-        f"{summary.errors:,} origin errors; {summary.revalidated:,} revalidated ({summary.revalidations_changed:,} "
-        f"had changed); {summary.remaining:,} marked pages wait for the next window; {summary.seconds:.1f} s "
+        f"regenerate: {_count(summary.pages, 'page')} tried: {summary.changed:,} changed, {summary.unchanged:,} "
+        f"unchanged (same ETag), {summary.gone:,} now 404/410, {summary.removed:,} removed, "
+        f"{summary.not_stored:,} not storable, {summary.errors:,} origin errors; {summary.revalidated:,} "
+        f"revalidated ({summary.revalidations_changed:,} had changed){skipped}; "
+        f"{_count(summary.remaining, 'marked page')} wait for the next window; {summary.seconds:.1f} s "
         f"({summary.stopped}), origin time {summary.origin_seconds:.1f} s"
     )
     for sample in summary.error_samples:
         print(f"  error: {sample}")
     if args.json:
-        args.json.write_text(json.dumps(summary.as_dict(), indent=2, sort_keys=True))
+        _write_text(args.json, json.dumps(summary.as_dict(), indent=2, sort_keys=True))
+    if summary.stopped == "pages gone":
+        print(
+            f"crawlergate: stopped: {summary.gone + summary.removed} of {summary.pages} stored pages now answer "
+            "404 or 410; is --origin the site?",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
     if summary.pages and summary.errors == summary.pages:
         print("crawlergate: the origin answered none of the pass's requests", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
 def _run_invalidate(args: argparse.Namespace) -> int:

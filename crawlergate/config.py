@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import ipaddress
 import json
+import math
 import os
 import re
 import tomllib
@@ -401,7 +402,11 @@ class RegenerateSettings:
             except (ValueError, zoneinfo.ZoneInfoNotFoundError):
                 rule = "Must be empty (local time) or a zone such as Europe/Paris."
                 _fail("regenerate.timezone", self.timezone, rule)
-        _require(self.max_seconds > 0, "regenerate.max_seconds", self.max_seconds, "Must be a positive number.")
+        for name in ("max_seconds", "rate", "origin_share", "backoff_factor", "check_seconds"):
+            value = getattr(self, name)
+            _require(math.isfinite(value), f"regenerate.{name}", value, "Must be a finite number.")
+        _require(0 < self.max_seconds <= 7 * 86400, "regenerate.max_seconds", self.max_seconds, "Must be up to a week.")
+        _require(self.check_seconds <= 3600, "regenerate.check_seconds", self.check_seconds, "Must be at most 3600.")
         _require(self.max_pages >= 0, "regenerate.max_pages", self.max_pages, "Must be 0 (no limit) or more.")
         _require(self.concurrency >= 1, "regenerate.concurrency", self.concurrency, "Must be at least 1.")
         _require(self.rate >= 0, "regenerate.rate", self.rate, "Must be 0 (no limit) or a positive number.")

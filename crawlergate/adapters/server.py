@@ -23,6 +23,7 @@ from crawlergate.adapters.httpserver import HeadLimits, LimitedHttpToolsProtocol
 from crawlergate.config import Settings
 from crawlergate.errors import ConfigError
 from crawlergate.metrics import Metrics
+from crawlergate.regenerate.schedule import check_window
 from crawlergate.wiring import build_cache
 
 # Seconds uvicorn lets in-flight requests finish after SIGTERM before it closes them.
@@ -38,6 +39,7 @@ def run_proxy(settings: Settings) -> int:
         raise ConfigError(
             "No origin: give --origin URL (or the setting server.origin), e.g. --origin http://127.0.0.1:8000."
         )
+    check_window(settings.regenerate)  # a bad cron expression: one line now, not a traceback in each worker
     cache = build_cache(settings, Metrics())
     cache.start()  # creates and indexes L2, or fails loudly
     pages, size = len(cache.l2), cache.l2.used_bytes

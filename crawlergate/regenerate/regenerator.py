@@ -52,6 +52,15 @@ HISTORY_BATCH = 200
 _GONE = (404, 410)
 # Failed fetches of a pass logged and kept in its summary.
 ERROR_SAMPLES = 5
+# A pass stops when this many stored pages, and nearly all it fetched, now answer 404/410: more likely a wrong
+# origin (or a site that lost its database) than a site that deleted them all.
+GONE_ALARM_PAGES = 10
+GONE_ALARM_SHARE = 0.9
+
+
+def _mostly_gone(summary: PassSummary) -> bool:
+    gone = summary.gone + summary.removed
+    return gone >= GONE_ALARM_PAGES and gone >= GONE_ALARM_SHARE * summary.pages
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +81,7 @@ class PassSummary:
     pages: int = 0  # fetched
     changed: int = 0  # stored, with a new body
     unchanged: int = 0  # stored, same body: same ETag
+    gone: int = 0  # a stored page that now answers 404/410, stored as such
     removed: int = 0  # 404/410 and not kept: gone from the cache
     not_stored: int = 0  # an answer the storable rules refuse: old copy and mark kept
     errors: int = 0  # the origin failed or cut the body: old copy and mark kept
@@ -83,7 +93,7 @@ class PassSummary:
     origin_seconds: float = 0.0  # the origin's time spent answering the pass
     backoffs: int = 0  # times the pass slowed down because the origin did
     busiest: int = 0  # the most fetches at once
-    stopped: str = "done"  # or "time limit", "page budget"
+    stopped: str = "done"  # or "time limit", "page budget", "shutdown", "pages gone"
     error_samples: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
@@ -160,7 +170,9 @@ class Regenerator:
                 summary.stopped = "shutdown"
             elif time.monotonic() >= deadline:
                 summary.stopped = "time limit"
-            return self.stopping or time.monotonic() >= deadline
+            elif _mostly_gone(summary):
+                summary.stopped = "pages gone"
+            return summary.stopped != "done"
 
         async def work() -> None:
             nonlocal next_job, done
@@ -168,7 +180,12 @@ class Regenerator:
                 await throttle.acquire(deadline)
                 try:
                     # The waits for a slot and for the pace may end past the deadline: it is checked after them.
-                    if next_job >= len(jobs) or over() or not await pacing.wait(deadline) or over():
+                    if next_job >= len(jobs) or over():
+                        return
+                    if not await pacing.wait(deadline):
+                        summary.stopped = "time limit"  # the next turn would come after it
+                        return
+                    if over():
                         return
                     job = jobs[next_job]
                     next_job += 1
@@ -262,7 +279,9 @@ class Regenerator:
             return
         if isinstance(result, Page):
             changed = previous is None or previous.etag != result.etag
-            if changed:
+            if result.status in _GONE and (previous is None or previous.status not in _GONE):
+                summary.gone += 1
+            elif changed:
                 summary.changed += 1
             else:
                 summary.unchanged += 1
@@ -292,8 +311,9 @@ class Regenerator:
         """Count a failed fetch; the first few are logged and kept as samples (a site that is down fails them all)."""
         summary.errors += 1
         if len(summary.error_samples) < ERROR_SAMPLES:
+            message = message if message.startswith(key.target) else f"{key.target}: {message}"
             summary.error_samples.append(message)
-            logger.warning("regeneration of %s failed: %s", key.target, message)
+            logger.warning("regeneration failed: %s", message)
 
     def _revalidated(self, turn: int | None) -> None:
         if turn is not None and self._schedule is not None:

@@ -35,6 +35,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta, tzinfo
+from pathlib import Path
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
@@ -124,6 +125,35 @@ def quietest_hour(counts: dict[int, int], until: float, zone: tzinfo) -> int | N
     return min(range(24), key=lambda h: (means[h], min((h - DEFAULT_HOUR) % 24, (DEFAULT_HOUR - h) % 24), h))
 
 
+def check_window(settings: RegenerateSettings) -> None:
+    """Raise ConfigError when the window setting is no time or cron expression APScheduler can read."""
+    if settings.window.strip() != "auto":
+        window_trigger(settings.window.strip(), _zone(settings))
+
+
+def _zone(settings: RegenerateSettings) -> tzinfo:
+    return ZoneInfo(settings.timezone) if settings.timezone else tzlocal.get_localzone()
+
+
+def window_trigger(window: str, zone: tzinfo) -> BaseTrigger:
+    """The trigger of a window setting: "HH:MM" every day, or a five-field crontab expression."""
+    try:
+        if ":" in window:
+            hour, minute = window.split(":")
+            return CronTrigger(hour=int(hour), minute=int(minute), timezone=zone)
+        minute, hour, day, month, weekdays = window.split()
+        times = {"minute": minute, "hour": hour, "month": month, "timezone": zone}
+        if day != "*" and weekdays != "*":
+            # cron runs on either day when both are given (APScheduler would want both at once).
+            return OrTrigger(
+                [CronTrigger(day=day, **times), CronTrigger(day_of_week=crontab_weekdays(weekdays), **times)]
+            )
+        return CronTrigger(day=day, day_of_week=crontab_weekdays(weekdays), **times)
+    except ValueError as exc:
+        message = f"Setting 'regenerate.window' has value '{window}'. It is no cron expression: {exc}."
+        raise ConfigError(message) from None
+
+
 class Window:
     """When the off-peak windows open, by the settings and (for ``auto``) the counted human traffic."""
 
@@ -133,27 +163,10 @@ class Window:
         self.settings = settings
         self.state = state
         self.clock = clock
-        self.zone: tzinfo = ZoneInfo(settings.timezone) if settings.timezone else tzlocal.get_localzone()
+        self.zone = _zone(settings)
         self.auto = settings.window.strip() == "auto"
-        self._fixed: BaseTrigger | None = None if self.auto else self._parse(settings.window.strip())
+        self._fixed = None if self.auto else window_trigger(settings.window.strip(), self.zone)
         self._learned: tuple[object, int, bool] | None = None  # (local date, hour, learned)
-
-    def _parse(self, window: str) -> BaseTrigger:
-        try:
-            if ":" in window:
-                hour, minute = window.split(":")
-                return CronTrigger(hour=int(hour), minute=int(minute), timezone=self.zone)
-            minute, hour, day, month, weekdays = window.split()
-            times = {"minute": minute, "hour": hour, "month": month, "timezone": self.zone}
-            if day != "*" and weekdays != "*":
-                # cron runs on either day when both are given (APScheduler would want both at once).
-                return OrTrigger(
-                    [CronTrigger(day=day, **times), CronTrigger(day_of_week=crontab_weekdays(weekdays), **times)]
-                )
-            return CronTrigger(day=day, day_of_week=crontab_weekdays(weekdays), **times)
-        except ValueError as exc:
-            message = f"Setting 'regenerate.window' has value '{window}'. It is no cron expression: {exc}."
-            raise ConfigError(message) from None
 
     def hour(self, now: float) -> tuple[int, bool]:
         """The auto window's hour for the day of ``now``, and whether it was learned (else the default).
@@ -253,6 +266,14 @@ class Lease:
                 return None
         return "another process"
 
+    def holder_now(self) -> str | None:
+        """Who holds the lease now (memcached's, else this machine's), if anyone."""
+        if self.memcached is not None:
+            with contextlib.suppress(StoreUnavailable):
+                value = self.memcached.get(LEASE_KEY)
+                return value.decode("utf-8", "replace") if value else None
+        return self.state.lease_holder()
+
     def release(self) -> None:
         """Give the lease up (only if it is still this process's): an empty value for a second marks it free."""
         if self._in_memcached and self.memcached is not None:
@@ -277,7 +298,12 @@ def _died_here(holder: str) -> bool:
         return True
     except PermissionError:
         return False
-    return False
+    # A killed process its parent has not reaped yet still answers the signal: a zombie is dead too.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 class OffPeakJob:
@@ -334,8 +360,7 @@ class OffPeakJob:
         return opened
 
     def _served(self, opened: float) -> bool:
-        last = self.state.last_window()
-        start = None if last is None else last.get("scheduled_start")
+        start = self.state.served_window()
         return start is not None and (start >= opened or self.window.same_window(start, opened))
 
     def stop(self, wait_s: float = 0.0) -> None:
@@ -365,8 +390,7 @@ class OffPeakJob:
     async def _run_window(self, opened: float) -> PassSummary | None:
         holder = await anyio.to_thread.run_sync(self.lease.take)
         if holder is not None:
-            logger.info("regeneration window: %s holds the lease", holder)
-            return None
+            return None  # another process runs the pass (it logs it)
         try:
             if await anyio.to_thread.run_sync(self._served, opened):
                 return None
@@ -415,7 +439,10 @@ class OffPeakJob:
         window or the `regenerate` command), and the revalidations so far."""
         now = self.clock()
         settings = self.window.settings
-        data: dict[str, Any] = {"enabled": settings.enabled, "window": settings.window, "running": self.running}
+        # Whoever holds the lease runs a pass: a worker's window or the command, the same answer in every worker.
+        holder = self.lease.holder_now()
+        data: dict[str, Any] = {"enabled": settings.enabled, "window": settings.window, "running": holder is not None}
+        data["running_in"] = holder
         if self.window.auto:
             hour, learned = self.window.hour(now)
             data["auto_hour"] = hour

@@ -135,18 +135,23 @@ class RegenerationState:
     def totals(self) -> dict[str, int]:
         return self._value("totals") or {}
 
+    def served_window(self) -> float | None:
+        """The start of the last scheduled window a pass served."""
+        value = self._value("served_window")
+        return None if value is None else float(value)
+
     def record_window(self, summary: dict[str, Any], *, scheduled_start: float | None) -> None:
-        """Keep a pass's summary as the last window's (a scheduled one also says which window it served), and add
-        its revalidations to the running totals."""
+        """Keep a pass's summary as the last one (``scheduled_start``: the window it served, None for the command's),
+        and add its pages, errors and revalidations to the running totals."""
         with self._writing() as database:
             totals = self._value("totals", database) or {}
             for name in ("revalidated", "revalidations_changed", "pages", "errors"):
                 totals[name] = int(totals.get(name, 0)) + int(summary.get(name, 0))
-            record = dict(summary, scheduled_start=scheduled_start)
-            if scheduled_start is None:
-                previous = self._value("last_window", database) or {}
-                record["scheduled_start"] = previous.get("scheduled_start")
-            for name, value in (("last_window", record), ("totals", totals)):
+            values: list[tuple[str, Any]] = [("last_window", dict(summary, scheduled_start=scheduled_start))]
+            values.append(("totals", totals))
+            if scheduled_start is not None:
+                values.append(("served_window", scheduled_start))
+            for name, value in values:
                 database.execute(
                     "INSERT INTO regeneration VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                     (name, json.dumps(value)),
@@ -169,6 +174,11 @@ class RegenerationState:
                 (holder, now + ttl_s),
             )
         return None
+
+    def lease_holder(self) -> str | None:
+        """Who holds the machine's lease now, if anyone."""
+        rows = self._read("SELECT holder FROM lease WHERE name = 'regenerate' AND expires_at > ?", (self.clock(),))
+        return str(rows[0][0]) if rows else None
 
     def release_lease(self, holder: str) -> None:
         with self._writing() as database:
