@@ -90,7 +90,7 @@ def _uniform(pages: int, budget: int) -> Chooser:
 
 
 def _azar_known(demand: list[float], changes: list[float], budget: int) -> Chooser:
-    shares = [rate / budget for rate in optimal_rates(demand, changes, float(budget))]
+    shares = [rate / budget for rate in optimal_rates(demand, changes, float(budget), cap=1.0)]
     credits = [0.0] * len(demand)
 
     def choose(day: int, ages: list[float]) -> list[int]:
@@ -114,7 +114,7 @@ def _azar_learnt(demand: list[float], true_changes: list[float], budget: int) ->
             change_rate(seen.fetches[page], seen.changes[page], seen.observed_days[page] * DAY_S) * DAY_S
             for page in range(len(demand))
         ]
-        shares = [rate / budget for rate in optimal_rates(demand, estimates, float(budget))]
+        shares = [rate / budget for rate in optimal_rates(demand, estimates, float(budget), cap=1.0)]
         plan = plan_window(shares, budget, credits)
         credits = plan.credits_after(shares, credits, len(plan.picked))
         for page in plan.picked:
