@@ -92,7 +92,11 @@ class TwoLevelCache:
         decoded = self._decoded.get(key.digest)
         now = self._monotonic()
         if decoded is not None and now - decoded[2] < self.local_ttl_s:
-            self._recent(key.digest)
+            # forget_local, on another thread, may have dropped it since it was read: then it stays dropped.
+            try:  # noqa: SIM105 - a bare try builds no object on every L1 hit, as contextlib.suppress would
+                self._decoded.move_to_end(key.digest)
+            except KeyError:
+                pass
             return decoded[1]
         data = self._get(self.l1, key, kind)
         if data is None:
@@ -101,7 +105,10 @@ class TwoLevelCache:
         # The embedded store returns the very object it holds; memcached returns equal bytes.
         if decoded is not None and (decoded[0] is data or decoded[0] == data):
             self._decoded[key.digest] = (data, decoded[1], now)
-            self._recent(key.digest)
+            try:  # noqa: SIM105 - as above
+                self._decoded.move_to_end(key.digest)
+            except KeyError:
+                pass
             return decoded[1]
         page = self._parse(self.l1, key, data, kind, verify=False)
         if page is None:
@@ -115,14 +122,6 @@ class TwoLevelCache:
                 _, (evicted, _, _) = self._decoded.popitem(last=False)
                 self._decoded_bytes -= 2 * len(evicted)
         return found
-
-    def _recent(self, digest: str) -> None:
-        # forget_local, on another thread, may have dropped it since it was read: then it stays dropped.
-        # A bare try (not contextlib.suppress): this runs on every L1 hit, and builds no object.
-        try:  # noqa: SIM105
-            self._decoded.move_to_end(digest)
-        except KeyError:
-            pass
 
     def _store_errors(self) -> int:
         return sum(counters.store_errors for counters in self.metrics.classes.values())

@@ -78,7 +78,6 @@ def build_regeneration(
         Window(settings.regenerate, state, clock=clock),
         lease,
         core.metrics,
-        revalidate=settings.regenerate.revalidate_pages > 0,
         clock=clock,
     )
     core.more_stats = lambda: {"regeneration": job.status()}

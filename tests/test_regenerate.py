@@ -10,9 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -520,13 +518,6 @@ def test_the_wsgi_gate_regenerates_in_its_background_thread(tmp_path: Path) -> N
         assert "version 2" in client.get("/t/1", headers=GOOGLEBOT).text
         assert job.status()["last_window"]["changed"] == 1
     gate.close()
-
-
-@pytest.fixture
-def _no_leftover_threads() -> Iterator[None]:
-    before = threading.active_count()
-    yield
-    assert threading.active_count() <= before + 2
 
 
 async def test_a_pass_stopped_before_its_revalidations_keeps_their_credit(tmp_path: Path) -> None:

@@ -95,7 +95,6 @@ class CrawlerGateMiddleware:
     def start(self) -> None:
         """Prepare the stores (create the L2 directory); raises ConfigError when it is unusable."""
         self.core.start()
-        self.regeneration.state.start()
 
     def _start_schedule(self) -> None:
         """Start the off-peak job on the running loop (at startup, or at the first request of an app without a

@@ -87,7 +87,6 @@ class CrawlerGateWSGI:
 
     def start(self) -> None:
         self.core.start()
-        self.regeneration.state.start()
 
     def _start_schedule(self) -> None:
         """Start the off-peak job in a thread of its own, at the first request: after a pre-forking server

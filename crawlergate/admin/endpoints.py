@@ -56,10 +56,11 @@ class AdminEndpoints:
                 if message["type"] == "http.disconnect" or not message.get("more_body", False):
                     break
         peer = client[0] if client else None
-        # invalidate, stats and metrics read (or write) the dirty index and regeneration records: off the event loop.
-        answer = await anyio.to_thread.run_sync(
-            self.respond, scope["path"], scope["method"], peer, scope["headers"], body
-        )
+        path: str = scope["path"]
+        if path.endswith("/healthz"):  # asked every few seconds by load balancers: answered on the loop
+            answer = self.respond(path, scope["method"], peer, scope["headers"], body)
+        else:  # invalidate, stats and metrics read (or write) the dirty index and regeneration records
+            answer = await anyio.to_thread.run_sync(self.respond, path, scope["method"], peer, scope["headers"], body)
         await send_response(send, answer)
 
     def respond(

@@ -1,1 +1,2 @@
-"""Off-peak regeneration: a pass under a budget (regenerator), Azar et al.'s rates (rates), the window (schedule)."""
+"""Off-peak regeneration: a pass (regenerator) under a budget (budget), Azar et al.'s rates (rates), the window,
+the lease and the APScheduler job (schedule), and what is kept beside the dirty index (state)."""

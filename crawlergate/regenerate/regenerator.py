@@ -117,7 +117,6 @@ class Regenerator:
         fetch: the guest sub-request for a key, as the gate's fills make it.
         state: the re-fetch histories and window records.
         settings: the budget.
-        windows_per_day: how many windows a day the revalidation budget is spent in.
     """
 
     def __init__(
@@ -127,18 +126,14 @@ class Regenerator:
         fetch: Callable[[CacheKey], Awaitable[OriginResponse]],
         state: RegenerationState,
         settings: RegenerateSettings,
-        *,
-        windows_per_day: float = 1.0,
     ) -> None:
         self.core = core
         self.filler = filler
         self.fetch = fetch
         self.state = state
         self.settings = settings
-        self.windows_per_day = windows_per_day
         # Set by ``stop``: workers start no more fetches (the gate is shutting down).
         self.stopping = False
-        self._schedule: _Revalidation | None = None
 
     def stop(self) -> None:
         self.stopping = True
@@ -149,15 +144,18 @@ class Regenerator:
         *,
         time_limit_s: float | None = None,
         max_pages: int | None = None,
+        windows_per_day: float = 1.0,
         on_progress: Callable[[int, int], None] | None = None,
     ) -> PassSummary:
-        """One pass; ``time_limit_s`` and ``max_pages`` default to the settings' window length and page budget."""
+        """One pass; ``time_limit_s`` and ``max_pages`` default to the settings' window length and page budget;
+        ``windows_per_day`` is how many windows a day the revalidation budget is spent in."""
         started = time.monotonic()
         summary = PassSummary(start=self.core.clock())
         limit_s = self.settings.max_seconds if time_limit_s is None else time_limit_s
         budget = self.settings.max_pages if max_pages is None else max_pages
-        jobs, schedule, truncated = await anyio.to_thread.run_sync(self._plan, selection, budget, summary)
-        self._schedule = schedule
+        jobs, schedule, truncated = await anyio.to_thread.run_sync(
+            self._plan, selection, budget, windows_per_day, summary
+        )
         throttle = Throttle(self.settings.concurrency, self.settings.backoff_factor)
         pacing = Pacing(self.settings.rate, self.settings.origin_share)
         deadline = started + limit_s
@@ -189,7 +187,9 @@ class Regenerator:
                         return
                     job = jobs[next_job]
                     next_job += 1
-                    await self._regenerate(job, summary, throttle, pacing, history)
+                    answered = await self._regenerate(job, summary, throttle, pacing, history)
+                    if answered and schedule is not None and job.revalidation is not None:
+                        schedule.done.add(job.revalidation)
                 finally:
                     await throttle.release()
                 done += 1
@@ -214,7 +214,7 @@ class Regenerator:
         return summary
 
     def _plan(
-        self, selection: Selection, budget: int, summary: PassSummary
+        self, selection: Selection, budget: int, windows_per_day: float, summary: PassSummary
     ) -> tuple[list[_Job], _Revalidation | None, bool]:
         """The fetches of the pass in order, the revalidation schedule they end with (if any), and whether the
         page budget left pages out."""
@@ -244,8 +244,7 @@ class Regenerator:
         if not selection.revalidate or slots <= 0:
             return jobs, None, truncated
         candidates = [page for page in stored if page.dirty_since is None and page.digest not in keys]
-        per_day = self.settings.revalidate_pages * self.windows_per_day
-        schedule = _Revalidation.plan(candidates, self.state, per_day, slots, self.windows_per_day)
+        schedule = _Revalidation.plan(candidates, self.state, self.settings.revalidate_pages, slots, windows_per_day)
         for turn, page in enumerate(schedule.pages):
             key = self.core.key_for_url(page.target)
             if key is None:  # no longer cacheable by the rules: nothing to fetch, its turn is taken
@@ -256,7 +255,8 @@ class Regenerator:
 
     async def _regenerate(
         self, job: _Job, summary: PassSummary, throttle: Throttle, pacing: Pacing, history: list[Refetch]
-    ) -> None:
+    ) -> bool:
+        """Fetch one page again and count what came of it; False when the site failed (its turn is not spent)."""
         key = job.key
         previous = await anyio.to_thread.run_sync(self.core.cache.stale_copy, key)
         fetched_at = self.core.clock()
@@ -276,7 +276,7 @@ class Regenerator:
             result = await self.filler.fill(key, timed, previous=previous)
         except OriginError as exc:
             self._failed(summary, key, str(exc))
-            return
+            return False
         if isinstance(result, Page):
             changed = previous is None or previous.etag != result.etag
             if result.status in _GONE and (previous is None or previous.status not in _GONE):
@@ -290,17 +290,16 @@ class Regenerator:
             if job.revalidation is not None:
                 summary.revalidated += 1
                 summary.revalidations_changed += changed
-                self._revalidated(job.revalidation)
-            return
+            return True
         if result.has("origin-error") or result.has("incomplete"):
             self._failed(summary, key, f"{key.target}: the site answered {result.response.status}, or cut the body")
-        elif result.response.status in _GONE:
+            return False
+        if result.response.status in _GONE:
             await anyio.to_thread.run_sync(self._remove, key, fetched_at)
             summary.removed += 1
-            self._revalidated(job.revalidation)
         else:
             summary.not_stored += 1
-            self._revalidated(job.revalidation)
+        return True
 
     def _remove(self, key: CacheKey, fetched_at: float) -> None:
         self.core.cache.invalidate(key)
@@ -314,10 +313,6 @@ class Regenerator:
             message = message if message.startswith(key.target) else f"{key.target}: {message}"
             summary.error_samples.append(message)
             logger.warning("regeneration failed: %s", message)
-
-    def _revalidated(self, turn: int | None) -> None:
-        if turn is not None and self._schedule is not None:
-            self._schedule.done.add(turn)
 
     def _finish(self, schedule: _Revalidation | None, history: list[Refetch], summary: PassSummary) -> None:
         """Write what the pass learnt, and count the marked pages still waiting."""
@@ -351,8 +346,10 @@ class _Revalidation:
 
     @classmethod
     def plan(
-        cls, candidates: list[StoredPage], state: RegenerationState, per_day: float, slots: int, windows_per_day: float
+        cls, candidates: list[StoredPage], state: RegenerationState, per_window: int, slots: int, windows_per_day: float
     ) -> _Revalidation:
+        """The window's turns: ``per_window`` re-fetches a window (as a budget a day), ``slots`` of them this pass."""
+        per_day = per_window * windows_per_day
         histories = state.histories()
         changes = []
         credits = []

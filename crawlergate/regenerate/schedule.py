@@ -317,7 +317,6 @@ class OffPeakJob:
         lease: Lease,
         metrics: Metrics,
         *,
-        revalidate: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.regenerator = regenerator
@@ -325,7 +324,6 @@ class OffPeakJob:
         self.window = window
         self.lease = lease
         self.metrics = metrics
-        self.revalidate = revalidate
         self.clock = clock
         self.running = False
         self.closed = False
@@ -395,11 +393,13 @@ class OffPeakJob:
             if await anyio.to_thread.run_sync(self._served, opened):
                 return None
             now = self.clock()
-            left_s = opened + self.window.settings.max_seconds - now
-            self.regenerator.windows_per_day = self.window.per_day(now)
+            settings = self.window.settings
+            left_s = opened + settings.max_seconds - now
             logger.info("regeneration window opened; the pass may take %.0f s", left_s)
             summary = await self.regenerator.run(
-                Selection(dirty=True, revalidate=self.revalidate), time_limit_s=max(0.0, left_s)
+                Selection(dirty=True, revalidate=settings.revalidate_pages > 0),
+                time_limit_s=max(0.0, left_s),
+                windows_per_day=self.window.per_day(now),
             )
             served = not (summary.pages and summary.errors == summary.pages)
             if served:
@@ -479,27 +479,16 @@ class OffPeakJob:
 
 def start_async_scheduler(job: OffPeakJob) -> Scheduler:
     """The tick, every ``regenerate.check_seconds`` on the running event loop."""
-    scheduler = AsyncIOScheduler()
-    scheduler.add_job(
-        job.tick_async,
-        IntervalTrigger(seconds=job.window.settings.check_seconds),
-        max_instances=1,
-        coalesce=True,
-    )
-    scheduler.start()
-    started: Scheduler = scheduler
-    return started
+    return _ticking(AsyncIOScheduler(), job.tick_async, job)
 
 
 def start_background_scheduler(job: OffPeakJob) -> Scheduler:
     """The tick, every ``regenerate.check_seconds`` in a thread of its own (WSGI servers have no event loop)."""
-    scheduler = BackgroundScheduler(daemon=True)
-    scheduler.add_job(
-        job.tick_blocking,
-        IntervalTrigger(seconds=job.window.settings.check_seconds),
-        max_instances=1,
-        coalesce=True,
-    )
+    return _ticking(BackgroundScheduler(daemon=True), job.tick_blocking, job)
+
+
+def _ticking(scheduler: Any, tick: Callable[[], object], job: OffPeakJob) -> Scheduler:
+    scheduler.add_job(tick, IntervalTrigger(seconds=job.window.settings.check_seconds), max_instances=1, coalesce=True)
     scheduler.start()
     started: Scheduler = scheduler
     return started
