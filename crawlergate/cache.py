@@ -12,6 +12,7 @@ that fails its checksum is deleted and never served.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import weakref
@@ -39,6 +40,9 @@ DECODED_MAX_BYTES = 32 * 1024 * 1024
 STORE_WARNING_INTERVAL_S = 60.0
 # L2 pages larger than this are shared between the requests sending them at the same time.
 SHARED_L2_PAGE_BYTES = 256 * 1024
+# Pages a human view prefetched into L1 that are remembered until a crawler hits them (a prefetch is
+# "useful" then); the oldest are forgotten past this many.
+PREFETCHED_REMEMBERED = 65536
 
 Level = Literal["l1", "l2"]
 
@@ -76,6 +80,10 @@ class TwoLevelCache:
         self._next_store_warning = 0.0
         # Big L2 pages some request is still sending, by digest; they leave when the last sender lets go.
         self._l2_in_use: weakref.WeakValueDictionary[str, Page] = weakref.WeakValueDictionary()
+        self._prefetched: OrderedDict[str, None] = OrderedDict()
+        if isinstance(l1, MemoryStore):  # memcached evicts by itself: its own `stats` counts them
+            l1.on_evict = functools.partial(metrics.count, "evictions_l1")
+        l2.on_evict = functools.partial(metrics.count, "evictions_l2")
 
     def start(self) -> None:
         self.l2.start()
@@ -89,6 +97,13 @@ class TwoLevelCache:
         return self.lookup_l1(key, kind) or self.lookup_l2(key, kind)
 
     def lookup_l1(self, key: CacheKey, kind: str = "crawler") -> Found | None:
+        found = self._lookup_l1(key, kind)
+        # A crawler's L1 hit on a page a human view prefetched: the prefetch was useful (counted once).
+        if self._prefetched and found is not None and self._prefetched.pop(key.digest, 0) is None:
+            self.metrics.count("prefetch_useful")
+        return found
+
+    def _lookup_l1(self, key: CacheKey, kind: str) -> Found | None:
         decoded = self._decoded.get(key.digest)
         now = self._monotonic()
         if decoded is not None and now - decoded[2] < self.local_ttl_s:
@@ -124,7 +139,8 @@ class TwoLevelCache:
         return found
 
     def _store_errors(self) -> int:
-        return sum(counters.store_errors for counters in self.metrics.classes.values())
+        totals = self.metrics.counters.totals()
+        return sum(value for name, value in totals.items() if name.startswith("store_errors|"))
 
     def _forget(self, digest: str) -> None:
         entry = self._decoded.pop(digest, None)
@@ -195,6 +211,9 @@ class TwoLevelCache:
             return False
         if added:
             self.metrics.count_prefetch()
+            self._prefetched[key.digest] = None
+            if len(self._prefetched) > PREFETCHED_REMEMBERED:
+                self._prefetched.popitem(last=False)
         return added
 
     def invalidate(self, key: CacheKey) -> None:
@@ -230,7 +249,7 @@ class TwoLevelCache:
         try:
             return Page.from_bytes(data, verify=verify)
         except CorruptPage as exc:
-            self.metrics.corrupt_pages += 1
+            self.metrics.count("corrupt_pages")
             logger.warning("dropping corrupt cached page %s (%s): %s", key.target, key.digest, exc)
             try:
                 store.delete(key.digest)

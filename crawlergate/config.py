@@ -419,6 +419,31 @@ class RegenerateSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """Where the figures of several worker processes meet."""
+
+    # A folder where each process keeps its counters, so stats and metrics sum them all (gunicorn or
+    # uvicorn workers of one site). Empty: each process counts alone; `serve` makes a fresh one per run.
+    shared_dir: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    """The access log: one line per request, combined format plus TTFB and the X-Crawlergate outcome."""
+
+    # A file path, or "off". Empty: `serve` writes <cache dir>/access.log, the middlewares write none.
+    access_log: str = ""
+    # Past this size the file is renamed access.log.1 (and so on) and a new one begun; 0: never.
+    access_max_bytes: int = 100 * 1000 * 1000
+    # Rotated files kept.
+    access_backups: int = 5
+
+    def __post_init__(self) -> None:
+        _require(self.access_max_bytes >= 0, "log.access_max_bytes", self.access_max_bytes, "Must be 0 or more.")
+        _require(self.access_backups >= 0, "log.access_backups", self.access_backups, "Must be 0 or more.")
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """All of crawlergate's configuration, one section per component."""
 
@@ -429,6 +454,8 @@ class Settings:
     cache: CacheSettings = field(default_factory=CacheSettings)
     admin: AdminSettings = field(default_factory=AdminSettings)
     regenerate: RegenerateSettings = field(default_factory=RegenerateSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    log: LogSettings = field(default_factory=LogSettings)
 
     @property
     def l1_namespace(self) -> str:
@@ -503,6 +530,8 @@ _SECTIONS: dict[str, type[Any]] = {
     "cache": CacheSettings,
     "admin": AdminSettings,
     "regenerate": RegenerateSettings,
+    "metrics": MetricsSettings,
+    "log": LogSettings,
 }
 
 

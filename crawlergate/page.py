@@ -43,6 +43,8 @@ class Page:
     generated_at: float
     expires_at: float
     headers: tuple[tuple[str, str], ...] = ()
+    # How long the site took to answer the fill: what each crawler hit on this page spares the origin.
+    generation_ms: float = 0.0
 
     @classmethod
     def from_response(
@@ -56,6 +58,7 @@ class Page:
         last_modified: float | None = None,
         headers: tuple[tuple[str, str], ...] = (),
         body_gz: bytes | None = None,
+        generation_ms: float = 0.0,
     ) -> Page:
         """Compress a response once (``mtime=0``, so equal bodies give equal bytes) and hash it for the ETag.
 
@@ -70,6 +73,7 @@ class Page:
             generated_at=generated_at,
             expires_at=generated_at + ttl_seconds,
             headers=headers,
+            generation_ms=round(generation_ms, 3),
         )
 
     def body(self) -> bytes:
@@ -90,6 +94,7 @@ class Page:
                 "x": self.expires_at,
                 "h": self.headers,
                 "n": len(self.body_gz),
+                "gm": self.generation_ms,
             },
             separators=(",", ":"),
         ).encode()
@@ -126,6 +131,7 @@ class Page:
                 generated_at=float(meta["g"]),
                 expires_at=float(meta["x"]),
                 headers=tuple((str(name), str(value)) for name, value in meta["h"]),
+                generation_ms=float(meta.get("gm", 0.0)),  # pages stored before it was kept: unknown
             )
         except (struct.error, ValueError, KeyError, TypeError) as exc:
             if isinstance(exc, CorruptPage):

@@ -49,7 +49,7 @@ def build_core(
     )
     return GateCore(
         settings,
-        cache=cache if cache is not None else build_cache(settings, Metrics()),
+        cache=cache if cache is not None else build_cache(settings, Metrics(settings.metrics.shared_dir or None)),
         classifier=classifier,
         keys=KeyMaker.from_settings(settings, profiles),
         dirty=DirtyIndex(settings.cache_dir / DIRTY_INDEX_FILE, clock=clock),

@@ -1,15 +1,19 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 
@@ -136,6 +140,35 @@ class ServerThread:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=20)
+
+
+@contextlib.contextmanager
+def serve_process(
+    origin: str, tmp_path: Path, config_text: str = "", *, workers: int = 1, args: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """``crawlergate serve`` in its own process with a config file, its base URL once it answers."""
+    config = tmp_path / "gate.toml"
+    config.write_text(config_text)
+    port = free_port()
+    argv = ["serve", "--origin", origin, "--port", str(port), "--workers", str(workers), "--config", str(config)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "crawlergate", *argv, "--cache-dir", str(tmp_path / "l2"), *args],
+        stderr=subprocess.DEVNULL,
+        env={key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/_crawlergate/healthz")
+                break
+            except httpx.TransportError:
+                assert process.poll() is None and time.monotonic() < deadline, "serve did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
 
 
 class RawHttpServer:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawlergate.metrics import Histogram, Metrics
+from crawlergate.metrics import CounterArray, Histogram, Metrics, read_shared
 
 
 def test_histogram_percentiles_within_five_percent() -> None:
@@ -40,3 +40,59 @@ def test_metrics_snapshot_hit_ratio_counts_only_lookups() -> None:
     crawler = metrics.snapshot()["crawler"]
     assert crawler["requests"] == 4 and crawler["hit_ratio"] == pytest.approx(2 / 3, abs=1e-4)
     assert metrics.snapshot()["human"]["hit_ratio"] == 0.0
+
+
+def test_metrics_shared_folder_sums_processes_and_takes_the_largest_maximum(tmp_path) -> None:
+    first, second = Metrics(tmp_path), Metrics(tmp_path)
+    first.record("crawler", "l1-hit", 2.0, family="Googlebot", tag="search", saved_ms=40.0)
+    second.record("crawler", "miss", 9.0, family="Googlebot", tag="search")
+    second.record("human", "pass", 30.0)
+    second.record_origin(25.0)
+    for metrics in (first, second):
+        data = metrics.snapshot()
+        assert data["processes"] == 2
+        assert data["crawler"]["requests"] == 2 and data["crawler"]["l1_hits"] == 1 and data["crawler"]["misses"] == 1
+        assert data["crawler"]["ttfb_ms"]["max"] == 9.0 and data["human"]["passes"] == 1
+        assert data["families"]["Googlebot"] == {
+            "tag": "search",
+            "requests": 2,
+            "hits": 1,
+            "outcomes": {"l1-hit": 1, "miss": 1},
+        }
+        assert data["origin"]["requests"] == 1 and data["origin"]["seconds"] == {"crawler": 0.025, "human": 0.03}
+        assert data["origin_time_saved_s"] == 0.04
+        assert data["crawler_share"] == {"requests": 0.6667, "origin_time": 0.4545}
+    # What each process answered itself stays its own (the regeneration window counts human requests so).
+    assert first.requests("crawler") == 1 and second.requests("human") == 1
+
+
+def test_metrics_names_past_the_capacity_count_as_overflow(tmp_path) -> None:
+    counters = CounterArray(tmp_path / "one", capacity=4)
+    assert counters.slot("a") == 1 and counters.slot("b") == 2 and counters.slot("c") == 3
+    assert counters.slot("d") == 0 and counters.slot_range("histogram", 3) == 0
+    counters.values[counters.slot("d")] += 1
+    assert read_shared(tmp_path) == {"overflow": 1, "a": 0, "b": 0, "c": 0}
+
+
+def test_metrics_reader_skips_a_name_still_being_written(tmp_path) -> None:
+    counters = CounterArray(tmp_path / "one")
+    counters.values[counters.slot("whole")] += 3
+    with open(tmp_path / "one.names", "a") as names:
+        names.write("half-writ")
+    assert read_shared(tmp_path)["whole"] == 3 and "half-writ" not in read_shared(tmp_path)
+
+
+def test_metrics_prometheus_text_parses_and_holds_every_family(tmp_path) -> None:
+    parser = pytest.importorskip("prometheus_client.parser")
+    metrics = Metrics(tmp_path)
+    metrics.record("crawler", "l2-hit", 1.0, family='Odd "bot"', tag="other")
+    metrics.count("evictions_l2", 2)
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in parser.text_string_to_metric_families(metrics.prometheus({"crawlergate_l2_pages": 3}))
+        for sample in family.samples
+    }
+    labels = (("family", 'Odd "bot"'), ("outcome", "l2-hit"), ("tag", "other"))
+    assert samples[("crawlergate_family_requests_total", labels)] == 1
+    assert samples[("crawlergate_evictions_total", (("level", "l2"),))] == 2
+    assert samples[("crawlergate_l2_pages", ())] == 3

@@ -23,7 +23,7 @@ from starlette.routing import Route
 from crawlergate.adapters.proxy import create_app
 from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
 from crawlergate.demo.forum import create_forum
-from tests.conftest import RawHttpServer, ServerThread, free_port
+from tests.conftest import RawHttpServer, ServerThread, free_port, serve_process
 
 pytestmark = pytest.mark.e2e
 
@@ -573,31 +573,8 @@ def test_proxy_followers_of_an_unstorable_fill_never_share_its_cookie(tmp_path: 
     assert not any("set-cookie" in answer.headers for answer in answers)
 
 
-@contextlib.contextmanager
-def _two_workers(forum: ServerThread, tmp_path: Path, config_text: str) -> Iterator[str]:
-    """``crawlergate serve --workers 2`` with a config file, its base URL once it answers."""
-    config = tmp_path / "gate.toml"
-    config.write_text(config_text)
-    port = free_port()
-    argv = ["serve", "--origin", forum.url, "--port", str(port), "--workers", "2", "--config", str(config)]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "crawlergate", *argv, "--cache-dir", str(tmp_path / "l2")],
-        stderr=subprocess.DEVNULL,
-        env={key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")},
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/_crawlergate/healthz")
-                break
-            except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline, "serve did not start"
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+def _two_workers(forum: ServerThread, tmp_path: Path, config_text: str) -> contextlib.AbstractContextManager[str]:
+    return serve_process(forum.url, tmp_path, config_text, workers=2)
 
 
 def test_serve_workers_run_on_the_settings_serve_was_given(forum: ServerThread, tmp_path: Path) -> None:

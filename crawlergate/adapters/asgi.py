@@ -20,7 +20,7 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crawlergate.cache import Found, TwoLevelCache
-from crawlergate.classify import Classifier
+from crawlergate.classify import Classifier, Verdict
 from crawlergate.config import Settings
 from crawlergate.errors import OriginError
 from crawlergate.gate.answer import (
@@ -147,9 +147,9 @@ class CrawlerGateMiddleware:
         elif route is Route.PASS:
             method: str = scope["method"]
             if method in self.core.writes.methods:
-                await self._pass_write(scope, receive, send, decision.kind, started)
+                await self._pass_write(scope, receive, send, decision.verdict, started)
                 return
-            status = await self._pass(scope, receive, send, decision.kind, started)
+            status = await self._pass(scope, receive, send, decision.verdict, started)
             key = decision.key
             # Most human views are of pages L1 already holds: with the embedded L1 that is settled inline.
             if key is not None and self.core.should_prefetch(decision, status) and not self.cache.touch_local_l1(key):
@@ -185,7 +185,7 @@ class CrawlerGateMiddleware:
         if isinstance(step, Found):
             hit = b"%s-hit" % step.level.encode()
             await send_response(send, await _answer(step.page, method, request, outcome=hit, now=now))
-            self.metrics.record_since("crawler", f"{step.level}-hit", started)
+            self.metrics.record_for(decision.verdict, f"{step.level}-hit", started, step.page.generation_ms)
             return
         stale = step.stale
         result: Page | Unstored | None = None
@@ -203,10 +203,10 @@ class CrawlerGateMiddleware:
                 self.core.after_fill, key, result, error, stale, method, request
             )
         if response is None:
-            await self._pass(scope, receive, send, "crawler", started)
+            await self._pass(scope, receive, send, decision.verdict, started)
             return
         await send_response(send, response)
-        self.metrics.record_since("crawler", outcome, started)
+        self.metrics.record_for(decision.verdict, outcome, started)
 
     def _fetch(self, key: CacheKey, scope: Scope) -> Awaitable[OriginResponse]:
         """The guest sub-request for the visitor of ``scope``."""
@@ -223,7 +223,7 @@ class CrawlerGateMiddleware:
         """A regeneration's guest sub-request: no visitor, the site as configured (or as crawlers last named it)."""
         return self.origin.fetch_guest(key.target, client=None, arrived_at=self._arrived_at)
 
-    async def _pass(self, scope: Scope, receive: Receive, send: Send, kind: str, started: float) -> int:
+    async def _pass(self, scope: Scope, receive: Receive, send: Send, verdict: Verdict, started: float) -> int:
         status = 0
         first_body = True
 
@@ -234,20 +234,20 @@ class CrawlerGateMiddleware:
                 message["headers"] = [*message.get("headers", []), (b"x-crawlergate", b"pass")]
             elif message["type"] == "http.response.body" and first_body:
                 first_body = False
-                self.metrics.record_since(kind, "pass", started)
+                self.metrics.record_for(verdict, "pass", started)
             await send(message)
 
         await self.app(scope, receive, send_marked)
         return status
 
-    async def _pass_write(self, scope: Scope, receive: Receive, send: Send, kind: str, started: float) -> None:
+    async def _pass_write(self, scope: Scope, receive: Receive, send: Send, verdict: Verdict, started: float) -> None:
         """Pass an unsafe request on; when it succeeded, mark the pages the write rules say it changed."""
         method, path = scope["method"], scope["path"]
         form: bytearray | None = None
         if self.core.writes.wants_form(method, path) and _is_form(scope["headers"]):
             form = bytearray()
             receive = _teed(receive, form)
-        status = await self._pass(scope, receive, send, kind, started)
+        status = await self._pass(scope, receive, send, verdict, started)
         if 200 <= status < 400:
             fields = form_fields(bytes(form)) if form is not None else None
             query: bytes = scope.get("query_string", b"")

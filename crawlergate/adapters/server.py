@@ -11,18 +11,23 @@ so no half-written page can remain.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import resource
+import shutil
 import signal
 import socket
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import uvicorn
 
 from crawlergate.adapters.httpserver import HeadLimits, LimitedHttpToolsProtocol
 from crawlergate.config import Settings
 from crawlergate.errors import ConfigError
-from crawlergate.metrics import Metrics
+from crawlergate.metrics import Metrics, clear_shared
 from crawlergate.regenerate.schedule import check_window
 from crawlergate.wiring import build_cache
 
@@ -45,7 +50,27 @@ def run_proxy(settings: Settings) -> int:
     pages, size = len(cache.l2), cache.l2.used_bytes
     cache.close()
     _check_port(server.host, server.port)
+    with _shared_metrics(settings) as settings:
+        return _serve(settings, pages, size)
 
+
+@contextlib.contextmanager
+def _shared_metrics(settings: Settings) -> Iterator[Settings]:
+    """The settings with a folder where every worker keeps its counters, emptied for this run (a fresh
+    temporary one unless metrics.shared_dir names one), so stats and metrics sum the workers of this run."""
+    if settings.metrics.shared_dir:
+        clear_shared(Path(settings.metrics.shared_dir))
+        yield settings
+        return
+    folder = tempfile.mkdtemp(prefix="crawlergate-metrics-")
+    try:
+        yield dataclasses.replace(settings, metrics=dataclasses.replace(settings.metrics, shared_dir=folder))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _serve(settings: Settings, pages: int, size: int) -> int:
+    server = settings.server
     # Workers build their app from the environment: these settings, whole, as one serialised value.
     os.environ.update(settings.to_environ())
 

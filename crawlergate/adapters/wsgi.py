@@ -162,7 +162,7 @@ class CrawlerGateWSGI:
             self._in_background(self.core.dirty.upkeep)
         step = self.core.serve_or_fill(key, self.cache.lookup(key), now)
         if isinstance(step, Found):
-            self.metrics.record_since("crawler", f"{step.level}-hit", started)
+            self.metrics.record_for(decision.verdict, f"{step.level}-hit", started, step.page.generation_ms)
             hit = b"%s-hit" % step.level.encode()
             served = page_response(step.page, method, decision.headers, outcome=hit, now=now)
             return _respond(start_response, served)
@@ -178,7 +178,7 @@ class CrawlerGateWSGI:
         response, outcome = self.core.after_fill(key, filled.result, filled.error, step.stale, method, decision.headers)
         if response is None:
             return self._pass(environ, start_response, decision, started)
-        self.metrics.record_since("crawler", outcome, started)
+        self.metrics.record_for(decision.verdict, outcome, started)
         return _respond(start_response, response)
 
     def _pass(
@@ -208,7 +208,7 @@ class CrawlerGateWSGI:
                 query = environ.get("QUERY_STRING", "").encode("latin-1")
                 self._in_background(self.core.after_write, method, path, query, fields)
 
-        return _Measured(body, lambda: self.metrics.record_since(decision.kind, "pass", started), after_close)
+        return _Measured(body, lambda: self.metrics.record_for(decision.verdict, "pass", started), after_close)
 
     def _in_background(self, work: Callable[..., object], *args: Any) -> None:
         future = self._prefetcher.submit(work, *args)

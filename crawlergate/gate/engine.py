@@ -248,8 +248,12 @@ class GateCore:
         self.cache.store(key, page)
         self.dirty.record_stored(key.digest, key.target, fetched_at)
 
-    def judge_fill(self, key: CacheKey, response: OriginResponse, previous: Page | None = None) -> Page | Unstored:
+    def judge_fill(
+        self, key: CacheKey, response: OriginResponse, previous: Page | None = None, generation_ms: float = 0.0
+    ) -> Page | Unstored:
         """The Page to store for a guest answer, or the answer with every reason it is not stored (counted).
+
+        ``generation_ms`` is how long the site took to answer: kept with the page for the origin time hits save.
 
         A page with the same body as ``previous``, the copy it replaces, keeps its Last-Modified (its ETag is
         the body's hash): a crawler's conditional request still gets 304.
@@ -257,7 +261,7 @@ class GateCore:
         now = self.clock()
         verdict = self.storage.judge(response, key.target, now=now)
         if verdict.storable:
-            page = self.storage.page(response, verdict, now=now)
+            page = self.storage.page(response, verdict, now=now, generation_ms=generation_ms)
             if previous is not None and previous.etag == page.etag and previous.last_modified < page.last_modified:
                 page = dataclasses.replace(page, last_modified=previous.last_modified)
             return page

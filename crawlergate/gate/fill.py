@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -118,40 +119,48 @@ class Filler:
     async def _fetch_async(
         self, key: CacheKey, fetch: Callable[[], Awaitable[OriginResponse]], previous: Page | None
     ) -> Page | Unstored:
-        self.metrics.origin_fetches += 1
         fetched_at = self.core.clock()
+        started = time.perf_counter()
         try:
             response = await fetch()
         except OriginError as exc:
-            self._count_failure(exc)
+            self._count_failure(exc, started)
             raise
+        generation_ms = self._count_fetch(started)
         # Compressing and hashing a big page takes the event loop for a while (297 ms for 8 MB): a thread.
         if len(response.body) > INLINE_PAGE_BYTES:
-            judged = await anyio.to_thread.run_sync(self.core.judge_fill, key, response, previous)
+            judged = await anyio.to_thread.run_sync(self.core.judge_fill, key, response, previous, generation_ms)
         else:
-            judged = self.core.judge_fill(key, response, previous)
+            judged = self.core.judge_fill(key, response, previous, generation_ms)
         if isinstance(judged, Page):
             await anyio.to_thread.run_sync(self.core.store, key, judged, fetched_at)
         return self._counted(judged)
 
     def _fetch_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> Page | Unstored:
-        self.metrics.origin_fetches += 1
         fetched_at = self.core.clock()
+        started = time.perf_counter()
         try:
             response = fetch()
         except OriginError as exc:
-            self._count_failure(exc)
+            self._count_failure(exc, started)
             raise
-        judged = self.core.judge_fill(key, response)
+        judged = self.core.judge_fill(key, response, generation_ms=self._count_fetch(started))
         if isinstance(judged, Page):
             self.core.store(key, judged, fetched_at)
         return self._counted(judged)
 
-    def _count_failure(self, error: OriginError) -> None:
-        self.metrics.origin_errors += 1
+    def _count_fetch(self, started: float) -> float:
+        """Count one guest sub-request that the site answered; its time in milliseconds."""
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        self.metrics.record_origin(elapsed_ms)
+        return elapsed_ms
+
+    def _count_failure(self, error: OriginError, started: float) -> None:
+        self._count_fetch(started)
+        self.metrics.count("origin_errors")
         self.metrics.count_not_stored("too-big" if isinstance(error, PageTooLarge) else "origin-error")
 
     def _counted(self, judged: Page | Unstored) -> Page | Unstored:
         if isinstance(judged, Unstored) and (judged.has("origin-error") or judged.has("incomplete")):
-            self.metrics.origin_errors += 1
+            self.metrics.count("origin_errors")
         return judged

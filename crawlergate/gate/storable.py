@@ -111,7 +111,7 @@ class StoragePolicy:
             ttl = explicit_ttl if status == 200 else min(explicit_ttl, default_ttl)
         return StoreVerdict(ttl, (), tuple(set_aside))
 
-    def page(self, response: OriginResponse, verdict: StoreVerdict, *, now: float) -> Page:
+    def page(self, response: OriginResponse, verdict: StoreVerdict, *, now: float, generation_ms: float = 0.0) -> Page:
         """The Page to store for an answer judged storable: kept headers only, the site's gzip as it came."""
         kept = [(name, value) for name, value in response.headers if name in self._stored_headers]
         vary = [token for token in _vary_tokens(response.all("vary")) if token != "accept-encoding"]
@@ -127,6 +127,7 @@ class StoragePolicy:
             last_modified=parse_http_date(last_modified) if last_modified else None,
             headers=tuple(kept),
             body_gz=response.body_gz,
+            generation_ms=generation_ms,
         )
 
     def _status_ttl(self, status: int) -> float | None:

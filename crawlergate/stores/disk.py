@@ -58,6 +58,8 @@ class DiskStore:
         self._lock = threading.Lock()
         self._clock = clock
         self._rescan_at = 0.0
+        # Called once for each page deleted to stay within max_bytes (the cache counts them).
+        self.on_evict: Callable[[], None] = _nothing
 
     def start(self) -> None:
         """Create the directory, drop temporary files a crash left behind, and index the pages."""
@@ -192,9 +194,14 @@ class DiskStore:
                 key, size = self._recency.popitem(last=False)
                 self.used_bytes -= size
             freed += size
+            self.on_evict()
             with contextlib.suppress(OSError):
                 self.path_for(key).unlink()
 
 
 def _on_disk(size: int) -> int:
     return -(-size // BLOCK_BYTES) * BLOCK_BYTES
+
+
+def _nothing() -> None:
+    pass

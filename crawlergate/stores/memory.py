@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 
 # Bookkeeping per entry (dict slot, key string, bytes header), so many tiny items cannot exceed the budget.
 ENTRY_OVERHEAD_BYTES = 100
@@ -22,6 +23,8 @@ class MemoryStore:
         self.used_bytes = 0
         self._items: OrderedDict[str, bytes] = OrderedDict()
         self._lock = threading.Lock()
+        # Called once for each page dropped to stay within max_bytes (the cache counts them).
+        self.on_evict: Callable[[], None] = _nothing
 
     def __len__(self) -> int:
         return len(self._items)
@@ -67,9 +70,14 @@ class MemoryStore:
         while self.used_bytes > self.max_bytes:
             _, evicted = self._items.popitem(last=False)
             self.used_bytes -= len(evicted) + ENTRY_OVERHEAD_BYTES
+            self.on_evict()
         return True
 
     def _remove(self, key: str) -> None:
         value = self._items.pop(key, None)
         if value is not None:
             self.used_bytes -= len(value) + ENTRY_OVERHEAD_BYTES
+
+
+def _nothing() -> None:
+    pass
