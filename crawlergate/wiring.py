@@ -31,8 +31,18 @@ from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.memory import MemoryStore
 
-# The dirty index lives beside the L2 pages (a name no page file can have).
+# The dirty index lives beside the L2 pages (a name no page file can have), and so does serve's access log.
 DIRTY_INDEX_FILE = "dirty.sqlite3"
+ACCESS_LOG_FILE = "access.log"
+
+
+def access_log_path(settings: Settings, *, standalone: bool) -> Path | None:
+    """Where the access log goes: ``log.access_log``, or beside L2 for ``serve``; None when off (the middlewares'
+    default)."""
+    configured = settings.log.access_log
+    if configured == "off" or (not configured and not standalone):
+        return None
+    return Path(configured) if configured else settings.cache_dir / ACCESS_LOG_FILE
 
 
 def build_core(

@@ -3,6 +3,7 @@ equal what a test sent, per class, family and outcome, whichever worker answers.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +11,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from crawlergate.adapters.accesslog import AccessLog
+from crawlergate.classify import Classifier
+from crawlergate.cli import main
+from crawlergate.config import Settings
 from crawlergate.demo.forum import create_forum
+from crawlergate.tools.analyze import crawler_share
+from crawlergate.tools.logparse import iter_records
 from tests.conftest import ServerThread, serve_process
 
 pytestmark = pytest.mark.e2e
@@ -82,3 +89,46 @@ def test_serve_figures_equal_the_traffic_sent_whichever_worker_answers(
         }
         assert data["origin"]["requests"] == 8 and data["origin_time_saved_s"] > 0
         assert data["crawler_share"]["requests"] == round(13 / 20, 4)
+
+
+def test_serve_access_log_reads_back_with_the_same_crawler_share_as_stats(
+    forum: ServerThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with serve_process(forum.url, tmp_path, workers=2) as gate:
+        _send_known_traffic(gate)
+        stats = httpx.get(f"{gate}/_crawlergate/stats").json()
+    log = tmp_path / "l2" / "access.log"  # serve's default: beside L2; SIGTERM wrote what was queued
+    lines = log.read_text().splitlines()
+    records = list(iter_records(log))
+    assert len(lines) == len(records) == 20  # admin requests (healthz, stats) are neither counted nor logged
+    crawler_lines = [line for line in lines if "Googlebot" in line or "bingbot" in line]
+    assert all(line.split()[-1] in ("miss", "l1-hit", "l2-hit") for line in crawler_lines)
+    assert all(int(line.split()[-2]) > 0 for line in lines)  # TTFB in microseconds
+    assert {record.status for record in records} == {200}
+    assert all(record.duration_s is not None for record in records)
+    share = crawler_share(records, Classifier.from_settings(Settings().classify)).share("crawler", "requests")
+    assert share == pytest.approx(stats["crawler_share"]["requests"], abs=1e-4)
+    assert main(["analyze", str(log), "--json", str(tmp_path / "analyze.json")]) == 0
+    capsys.readouterr()
+
+
+def test_access_log_rotates_by_size_and_follows_a_moved_file(tmp_path: Path) -> None:
+    log = AccessLog(tmp_path / "access.log", max_bytes=2000, backups=2)
+    log.start()
+    entry = ("203.0.113.9", 1_764_000_000.0, "GET", '/t?q="x"', "1.1", 200, 10, "", "Googlebot", 412, "l1-hit")
+    try:
+        for _ in range(3):
+            for _ in range(15):
+                log.log(entry)
+            time.sleep(1.2)  # past a flush and the rotation check, both bounded in time
+        (tmp_path / "access.log").rename(tmp_path / "moved.log")  # logrotate's create mode
+        time.sleep(1.2)
+        log.log(entry)
+    finally:
+        log.close()
+    assert (tmp_path / "access.log.1").exists() and not (tmp_path / "access.log.3").exists()
+    assert (tmp_path / "access.log").read_text().count("\n") == 1
+    line = (tmp_path / "access.log.1").read_text().splitlines()[0]
+    assert line == (
+        '203.0.113.9 - - [24/Nov/2025:16:00:00 +0000] "GET /t?q=\\x22x\\x22 HTTP/1.1" 200 10 "-" "Googlebot" 412 l1-hit'
+    )

@@ -19,10 +19,11 @@ from collections.abc import Awaitable, Callable
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from crawlergate.adapters.accesslog import AccessLog, AccessLogged
 from crawlergate.cache import Found, TwoLevelCache
 from crawlergate.classify import Classifier, Verdict
 from crawlergate.config import Settings
-from crawlergate.errors import OriginError
+from crawlergate.errors import ConfigError, OriginError
 from crawlergate.gate.answer import (
     INLINE_PAGE_BYTES,
     Response,
@@ -38,7 +39,7 @@ from crawlergate.gate.writes import FORM_BYTES, FORM_TYPES, form_fields
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
 from crawlergate.regenerate.schedule import Scheduler, start_async_scheduler
-from crawlergate.wiring import build_core, build_regeneration
+from crawlergate.wiring import access_log_path, build_core, build_regeneration
 
 
 async def _answer(
@@ -58,6 +59,7 @@ class CrawlerGateMiddleware:
         cache: a ready TwoLevelCache (tests, or several gates sharing one); built from settings if None.
         classifier: a ready Classifier; built from settings if None.
         origin: where guest pages come from; ``app`` itself, called in-process, if None.
+        standalone: the gate is the server (``serve``): its access log is on unless ``log.access_log`` is "off".
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class CrawlerGateMiddleware:
         classifier: Classifier | None = None,
         origin: AsgiOrigin | None = None,
         clock: Callable[[], float] = time.time,
+        standalone: bool = False,
     ) -> None:
         self.app = app
         self.core = build_core(settings, cache=cache, classifier=classifier, clock=clock)
@@ -91,10 +94,21 @@ class CrawlerGateMiddleware:
         self.regeneration = build_regeneration(self.core, self.filler, self._fetch_for_regeneration, clock=clock)
         self._scheduler: Scheduler | None = None
         self._scheduling = False
+        log_path = access_log_path(settings, standalone=standalone)
+        self.access_log = (
+            AccessLog(log_path, max_bytes=settings.log.access_max_bytes, backups=settings.log.access_backups)
+            if log_path is not None
+            else None
+        )
 
     def start(self) -> None:
-        """Prepare the stores (create the L2 directory); raises ConfigError when it is unusable."""
+        """Prepare the stores (create the L2 directory) and the access log; raises ConfigError when unusable."""
         self.core.start()
+        if self.access_log is not None:
+            try:
+                self.access_log.start()
+            except OSError as exc:
+                raise ConfigError(f"Access log '{self.access_log.path}' cannot be written: {exc.strerror}.") from None
 
     def _start_schedule(self) -> None:
         """Start the off-peak job on the running loop (at startup, or at the first request of an app without a
@@ -136,6 +150,24 @@ class CrawlerGateMiddleware:
             return
         if not self._scheduling:
             self._start_schedule()
+        # Admin requests are neither counted nor logged: the log and the stats tell the same story.
+        if self.access_log is not None and not self.core.is_admin_path(scope["path"]):
+            await self._handle_logged(scope, receive, send)
+        else:
+            await self._handle(scope, receive, send)
+
+    async def _handle_logged(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self.access_log is not None
+        client = scope.get("client")
+        logged = AccessLogged(
+            self.access_log, scope, send, self.core.client_address(client[0] if client else None, scope["headers"])
+        )
+        try:
+            await self._handle(scope, receive, logged)
+        finally:
+            logged.finish()
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
         decision = self.core.decide(
@@ -268,6 +300,8 @@ class CrawlerGateMiddleware:
             elif message["type"] == "lifespan.shutdown":
                 await self._stop_schedule()
                 await self.drain()
+                if self.access_log is not None:
+                    self.access_log.close()
                 self.core.close()
                 self.regeneration.state.close()
             return message

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import sys
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
@@ -276,7 +277,7 @@ def create_app(settings: Settings) -> CrawlerGateMiddleware:
         forward_host=settings.server.forward_host,
         websocket_max_message_bytes=settings.server.websocket_max_message_bytes,
     )
-    return CrawlerGateMiddleware(proxy, settings=settings)
+    return CrawlerGateMiddleware(proxy, settings=settings, standalone=True)
 
 
 def app_from_environment() -> CrawlerGateMiddleware:
@@ -284,7 +285,12 @@ def app_from_environment() -> CrawlerGateMiddleware:
     settings = load_settings(None, os.environ)
     HeadLimits.apply(settings.server)  # each worker process sets its own connections' limits
     _log_to_stderr()
-    return create_app(settings)
+    app = create_app(settings)
+    access_log = app.access_log
+    if access_log is not None:
+        # logrotate's `postrotate` sends SIGHUP: the log is opened again (a move is also noticed within a second).
+        signal.signal(signal.SIGHUP, lambda number, frame: access_log.reopen())
+    return app
 
 
 def _log_to_stderr() -> None:

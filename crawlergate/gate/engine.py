@@ -189,7 +189,7 @@ class GateCore:
         if not self._started:
             self.start()  # first request of an app that ran no lifespan
         request = RequestHeaders(headers)
-        if path == self._admin_prefix or path.startswith(self._admin_prefix + "/"):
+        if self.is_admin_path(path):
             return Decision(Route.ADMIN, HUMAN, None, request)
         if method == "PURGE":
             return Decision(Route.PURGE, HUMAN, None, request)
@@ -205,6 +205,9 @@ class GateCore:
             if method in ("GET", "HEAD"):
                 self.metrics.count_not_stored("excluded")
         return Decision(Route.PASS, verdict, key, request)
+
+    def is_admin_path(self, path: str) -> bool:
+        return path == self._admin_prefix or path.startswith(self._admin_prefix + "/")
 
     def client_address(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
         """The visitor's address: the peer, or whom a trusted proxy forwards for."""

@@ -24,6 +24,8 @@ PRESETS: dict[str, str] = {
     "combined": '%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i"',
     "combined-micros": '%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i" %D',
     "combined-seconds": '%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i" %T',
+    # crawlergate serve's access log: combined, the TTFB in microseconds, the X-Crawlergate outcome.
+    "crawlergate": '%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-agent}i" %D %{X-Crawlergate}o',
     "nginx": '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
     '"$http_referer" "$http_user_agent"',
     "nginx-timed": '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
