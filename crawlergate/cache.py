@@ -189,6 +189,14 @@ class TwoLevelCache:
             if isinstance(self.l1, MemoryStore):
                 self.l1.delete(digest)
 
+    def usage(self) -> dict[str, dict[str, object]]:
+        """What each level holds (bytes used and allowed; L1's only when it is in this process)."""
+        l1: dict[str, object] = {"backend": type(self.l1).__name__}
+        if isinstance(self.l1, MemoryStore):
+            l1 |= {"pages": len(self.l1), "used_bytes": self.l1.used_bytes, "max_bytes": self.l1.max_bytes}
+        l2: dict[str, object] = {"pages": len(self.l2), "bytes": self.l2.used_bytes, "max_bytes": self.l2.max_bytes}
+        return {"l1": l1, "l2": l2}
+
     def touch_local_l1(self, key: CacheKey) -> bool:
         """Refresh the page's L1 recency when L1 is in this process (microseconds, no I/O); False otherwise."""
         return isinstance(self.l1, MemoryStore) and self.l1.touch(key.digest)

@@ -18,6 +18,7 @@ from crawlergate.config import Settings
 from crawlergate.demo.forum import create_forum
 from crawlergate.tools.analyze import crawler_share
 from crawlergate.tools.logparse import iter_records
+from tests.browser import chromium, has_horizontal_scroll, screenshot
 from tests.conftest import ServerThread, serve_process
 
 pytestmark = pytest.mark.e2e
@@ -132,3 +133,32 @@ def test_access_log_rotates_by_size_and_follows_a_moved_file(tmp_path: Path) -> 
     assert line == (
         '203.0.113.9 - - [24/Nov/2025:16:00:00 +0000] "GET /t?q=\\x22x\\x22 HTTP/1.1" 200 10 "-" "Googlebot" 412 l1-hit'
     )
+
+
+def test_dashboard_in_chromium_shows_the_traffic_sent(forum: ServerThread, tmp_path: Path) -> None:
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    with serve_process(forum.url, tmp_path, workers=2) as gate, chromium() as driver:
+        _send_known_traffic(gate)
+        driver.get(f"{gate}/_crawlergate/")
+        wait = WebDriverWait(driver, 30, poll_frequency=0.2)
+        wait.until(lambda d: d.find_element("id", "crawler-requests").text == "13")
+
+        def text(element_id: str) -> str:
+            return driver.find_element("id", element_id).text
+
+        hits = int(text("l1-hits")) + int(text("l2-hits"))
+        assert (text("human-requests"), text("misses"), hits) == ("7", "8", 5)
+        assert text("crawler-hit-ratio") == "38.5 %" and text("share-requests") == "65.0 %"
+        families = [row.text.split() for row in driver.find_elements("css selector", "#families tbody tr")]
+        assert families[0][:3] == ["Googlebot", "search-engine", "10"] and families[1][:3] == [
+            "Bingbot",
+            "search-engine",
+            "3",
+        ]
+        assert "2 processes" in text("status")
+        # The charts come once the history has an interval (two readings two seconds apart, in either worker).
+        wait.until(lambda d: len(d.find_elements("css selector", "#chart-rate .uplot canvas")) == 1)
+        assert len(driver.find_elements("css selector", ".chart .uplot")) == 4
+        assert not has_horizontal_scroll(driver)
+        screenshot(driver, "dashboard")

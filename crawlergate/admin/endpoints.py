@@ -1,4 +1,5 @@
-"""The /_crawlergate/ endpoints: ``stats`` (JSON), ``metrics`` (Prometheus), ``healthz`` and ``invalidate``.
+"""The /_crawlergate/ endpoints: the dashboard, ``stats`` (JSON), ``series`` (the dashboard's history),
+``metrics`` (Prometheus), ``healthz`` and ``invalidate``.
 
 ``healthz`` answers everyone. The others answer loopback clients (the client that a trusted proxy
 forwards for, not the proxy itself), and, when a token is configured, whoever presents
@@ -18,6 +19,7 @@ from typing import Any
 import anyio
 from starlette.types import Receive, Scope, Send
 
+from crawlergate.admin.dashboard import Dashboard
 from crawlergate.errors import CrawlerGateError
 from crawlergate.gate.answer import Response, json_response, send_response
 from crawlergate.gate.forwarded import TrustedProxies
@@ -35,8 +37,10 @@ class AdminEndpoints:
         prometheus: Callable[[], str] | None = None,
         invalidate: Callable[[list[str], list[str]], int] | None = None,
         trusted_proxies: Iterable[str] = (),
+        dashboard: Dashboard | None = None,
     ) -> None:
         self.prefix = prefix
+        self._dashboard = dashboard
         self._token = token.encode()
         self._stats = stats
         self._prometheus = prometheus
@@ -80,8 +84,12 @@ class AdminEndpoints:
             return json_response(403, {"error": "admin endpoints answer loopback clients or a valid bearer token"})
         if name == "invalidate" and self._invalidate is not None:
             return self._invalidation(method, headers, body)
-        if name in ("stats", "metrics") and method not in ("GET", "HEAD"):
+        if name in ("stats", "metrics", "series", "") and method not in ("GET", "HEAD"):
             return json_response(405, {"error": "use GET"}, extra=[(b"allow", b"GET, HEAD")])
+        if self._dashboard is not None:
+            answer = self._dashboard_answer(name)
+            if answer is not None:
+                return answer
         if name == "stats":
             return json_response(200, self._stats())
         if name == "metrics" and self._prometheus is not None:
@@ -93,8 +101,18 @@ class AdminEndpoints:
                 (b"x-crawlergate", b"pass"),
             ]
             return 200, headers, text
-        endpoints = ["stats", "metrics", "healthz", "invalidate"]
+        endpoints = ["", "stats", "series", "metrics", "healthz", "invalidate"]
         return json_response(404, {"error": f"no admin endpoint {name!r}", "endpoints": endpoints})
+
+    def _dashboard_answer(self, name: str) -> Response | None:
+        assert self._dashboard is not None
+        if name == "":
+            return self._dashboard.page()
+        if name == "series":
+            return self._dashboard.series()
+        if name.startswith("static/"):
+            return self._dashboard.asset(name.removeprefix("static/"))
+        return None
 
     def _invalidation(self, method: str, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> Response:
         assert self._invalidate is not None

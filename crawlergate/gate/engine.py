@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from crawlergate.admin.dashboard import Dashboard
 from crawlergate.admin.endpoints import AdminEndpoints
 from crawlergate.cache import Found, TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier, Verdict
@@ -155,6 +156,7 @@ class GateCore:
             prometheus=self.prometheus,
             invalidate=self.invalidate,
             trusted_proxies=settings.server.trusted_proxies,
+            dashboard=Dashboard(self.metrics, prefix=settings.admin.prefix),
         )
         # The site fills ask for: the public address, else the origin's own (nginx's $proxy_host); None when
         # mounted without public_url, where each fill takes the address its request arrived at.
@@ -275,8 +277,7 @@ class GateCore:
     def stats(self) -> dict[str, object]:
         data = self.metrics.snapshot()
         data["dirty"] = self.dirty_count()
-        data["l1"] = {"backend": type(self.cache.l1).__name__}
-        data["l2"] = {"pages": len(self.cache.l2), "bytes": self.cache.l2.used_bytes}
+        data.update(self.cache.usage())
         if self.more_stats is not None:
             data.update(self.more_stats())
         return data
