@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -135,10 +136,12 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--target", required=True, help="base URL to send the requests to")
     replay.add_argument("--compare", metavar="URL2", help="replay the same requests against URL2 too, and compare")
     replay.add_argument("--concurrency", type=_positive_int, help="clients in closed-loop mode (default 16)")
-    replay.add_argument("--speed", type=_positive_float, help="open loop at the log's pace times SPEED")
-    replay.add_argument("--limit", type=_positive_int, help="replay at most this many requests")
-    replay.add_argument("--path", help="only targets matching this regular expression")
-    replay.add_argument("--class", dest="kind", choices=("crawler", "human"), help="only this class")
+    replay.add_argument(
+        "--speed", type=_positive_float, help="open loop at the log's pace times SPEED (default: closed loop)"
+    )
+    replay.add_argument("--limit", type=_positive_int, help="replay at most this many requests (default: all)")
+    replay.add_argument("--path", help="only targets matching this regular expression (default: all)")
+    replay.add_argument("--class", dest="kind", choices=("crawler", "human"), help="only this class (default: both)")
     replay.add_argument("--timeout", type=_positive_float, default=30.0, help="seconds per request")
     _add_output_flags(replay)
     _add_settings_flags(replay)
@@ -151,7 +154,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--url", required=True, help="the gate's base URL, e.g. http://127.0.0.1:8080")
     stats.add_argument("--token", default=os.environ.get("CRAWLERGATE_ADMIN_TOKEN", ""), help="admin bearer token")
-    stats.add_argument("--watch", type=_positive_float, metavar="SECONDS", help="refresh every SECONDS until Ctrl-C")
+    stats.add_argument(
+        "--watch",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="refresh every SECONDS until Ctrl-C (default: show once)",
+    )
     stats.add_argument("--json", action="store_true", help="print the raw JSON")
     stats.add_argument("--prefix", default="/_crawlergate", help="the admin prefix (admin.prefix)")
     stats.set_defaults(handler=_run_stats)
@@ -191,15 +199,25 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="then re-fetch pages with no change signal by their optimal rates, as the scheduled window does",
     )
-    regenerate.add_argument("--concurrency", type=_positive_int, help="fetches at once (regenerate.concurrency)")
-    regenerate.add_argument("--rate", type=_non_negative_float, help="fetches a second, 0: no limit (regenerate.rate)")
+    regenerate.add_argument(
+        "--concurrency", type=_positive_int, help="fetches at once (regenerate.concurrency, default 2)"
+    )
+    regenerate.add_argument(
+        "--rate", type=_non_negative_float, help="fetches a second, 0: no limit (regenerate.rate, default 10)"
+    )
     regenerate.add_argument(
         "--origin-share",
         type=_fraction,
-        help="the share of time the origin may spend on the pass, 0: no limit (regenerate.origin_share)",
+        help="the share of time the origin may spend on the pass, 0: no limit (regenerate.origin_share, default 0.05)",
     )
-    regenerate.add_argument("--max-pages", type=_non_negative_int, help="pages at most, 0: no limit")
-    regenerate.add_argument("--max-seconds", type=_positive_float, help="start no fetch after this long")
+    regenerate.add_argument(
+        "--max-pages", type=_non_negative_int, help="pages at most, 0: no limit (regenerate.max_pages, default 0)"
+    )
+    regenerate.add_argument(
+        "--max-seconds",
+        type=_positive_float,
+        help="start no fetch after this long (regenerate.max_seconds, default 3600)",
+    )
     regenerate.add_argument("--json", type=Path, metavar="FILE", help="also write the summary as JSON")
     _add_site_flags(regenerate)
     _add_settings_flags(regenerate, cache=True)
@@ -227,7 +245,12 @@ def _parser() -> argparse.ArgumentParser:
         "requests count as hits or misses.",
     )
     simulate.add_argument("log", type=Path, help="an access log (plain or gzipped)")
-    simulate.add_argument("--sizes", type=_sizes, help="L1 sizes, e.g. 120MB,250MB,500MB")
+    simulate.add_argument(
+        "--sizes",
+        type=_sizes,
+        help="L1 sizes, e.g. 120MB,250MB,500MB (default: the paper's 120/250/500 MB, or 10/25/50 %% of the "
+        "log's pages when they weigh less)",
+    )
     simulate.add_argument("--policies", type=_policies, help="comma-separated; default: all")
     simulate.add_argument("--curve", type=_positive_int, default=10, help="sizes in the hit-ratio curve")
     _add_output_flags(simulate)
@@ -262,7 +285,20 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--crawler-share", type=_fraction, default=0.68, help="crawler share of page views")
     _add_forum_flags(trace)
     trace.set_defaults(handler=_run_demo_trace)
+    for command in [*commands.choices.values(), *demo_commands.choices.values()]:
+        command.formatter_class = DefaultsShown
     return parser
+
+
+class DefaultsShown(argparse.HelpFormatter):
+    """Help that shows each option's default, unless its text already says it (settings flags name the setting
+    and its default, since their value comes from the settings when the flag is not given)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not action.option_strings or "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def _add_output_flags(parser: argparse.ArgumentParser, *, report: bool = True) -> None:
@@ -273,26 +309,36 @@ def _add_output_flags(parser: argparse.ArgumentParser, *, report: bool = True) -
 
 
 def _add_settings_flags(parser: argparse.ArgumentParser, *, cache: bool = False) -> None:
-    parser.add_argument("--config", type=Path, help="a crawlergate TOML file")
+    parser.add_argument(
+        "--config", type=Path, help="a crawlergate TOML file (default: none, or the file CRAWLERGATE_CONFIG names)"
+    )
     if cache:
         parser.add_argument(
-            "--memcached", action="append", metavar="HOST:PORT", help="an L1 memcached server (repeatable)"
+            "--memcached",
+            action="append",
+            metavar="HOST:PORT",
+            help="an L1 memcached server (repeatable; l1.memcached, default none: the embedded LRU)",
         )
-        parser.add_argument("--cache-dir", help="the L2 directory (l2.cache_dir)")
+        parser.add_argument(
+            "--cache-dir", help="the L2 directory (l2.cache_dir, default ~/.cache/crawlergate or $XDG_CACHE_HOME)"
+        )
 
 
 def _add_site_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--origin", help="the site's URL, e.g. http://127.0.0.1:8000 (setting server.origin)")
+    parser.add_argument(
+        "--origin", help="the site's URL, e.g. http://127.0.0.1:8000 (server.origin, default none: required)"
+    )
     parser.add_argument(
         "--public-url",
-        help="the site as the world sees it, e.g. https://forum.example.org (server.public_url): fills carry its "
-        "Host and scheme",
+        help="the site as the world sees it, e.g. https://forum.example.org (server.public_url, default: the "
+        "origin's address): fills carry its Host and scheme",
     )
     parser.add_argument(
         "--site",
         action="append",
         metavar="PROFILE",
-        help="a site profile from rules/sites/ (trac, django, mediawiki, wordpress, phpbb, discourse; repeatable)",
+        help="a site profile from rules/sites/ (trac, django, mediawiki, wordpress, phpbb, discourse; repeatable; "
+        "cache.sites, default none)",
     )
 
 
@@ -420,7 +466,6 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 
 def _run_stats(args: argparse.Namespace) -> int:
-    import time
 
     import httpx
 
@@ -607,18 +652,46 @@ def _format_stats(data: dict[str, Any]) -> str:
             f"{row.get('hit_ratio', 0):>11.1%}{ttfb.get('p50', 0):>10.2f}{ttfb.get('p99', 0):>9.2f}"
             f"{ttfb.get('mean', 0):>9.2f}"
         )
-    l2 = data.get("l2", {})
-    lines.append(
-        f"origin fetches {data.get('origin_fetches', 0):,} ({data.get('origin_errors', 0):,} errors); "
-        f"L1 {data.get('l1', {}).get('backend', '?')}; "
-        f"L2 {l2.get('pages', 0):,} pages, {l2.get('bytes', 0) / 1e6:.1f} MB; "
-        f"human prefetches {data.get('human', {}).get('prefetches', 0):,}; up {data.get('uptime_s', 0):,.0f} s"
-    )
+    origin, share = data.get("origin", {}), data.get("crawler_share", {})
+    origin_s = origin.get("seconds", {})
+    prefetches, evictions = data.get("prefetches", {}), data.get("evictions", {})
+    l1, l2 = data.get("l1", {}), data.get("l2", {})
+    l1_fill = f", {l1['used_bytes'] / 1e6:.1f} of {l1['max_bytes'] / 1e6:.0f} MB" if "max_bytes" in l1 else ""
+    lines += [
+        f"crawler share: {share.get('requests', 0):.1%} of requests, {share.get('origin_time', 0):.1%} of origin time; "
+        f"origin time saved by hits {data.get('origin_time_saved_s', 0):,.1f} s",
+        f"origin: {origin.get('requests', 0):,} fetches ({origin.get('errors', 0):,} errors), "
+        f"p50 {origin.get('ttfb_ms', {}).get('p50', 0):,.2f} ms; origin time for crawlers "
+        f"{origin_s.get('crawler', 0):,.1f} s, for humans {origin_s.get('human', 0):,.1f} s",
+        f"L1 {l1.get('backend', '?')}{l1_fill}; L2 {l2.get('pages', 0):,} pages, {l2.get('bytes', 0) / 1e6:.1f} MB; "
+        f"evicted {evictions.get('l1', 0):,} (L1), {evictions.get('l2', 0):,} (L2); prefetches "
+        f"{prefetches.get('issued', 0):,} ({prefetches.get('useful', 0):,} useful); "
+        f"changed pages {data.get('dirty', 0):,}",
+    ]
+    families = sorted(data.get("families", {}).items(), key=lambda item: -item[1]["requests"])[:5]
+    if families:
+        shown = [f"{name} {family['requests']:,} ({family['hits'] / family['requests']:.0%} hits)"
+                 for name, family in families]  # fmt: skip
+        lines.append("top crawler families: " + "; ".join(shown))
+    regeneration = data.get("regeneration")
+    if regeneration:
+        last = regeneration.get("last_window") or {}
+        next_at = regeneration.get("next_window")
+        next_text = time.strftime("%Y-%m-%d %H:%M", time.localtime(next_at)) if next_at else "none"
+        last_text = (
+            f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(last['start']))}, {last.get('pages', 0):,} pages"
+            if last.get("start")
+            else "none yet"
+        )
+        lines.append(
+            f"regeneration: window {regeneration.get('window')}, next {next_text}, last {last_text}"
+            f"{', running now' if regeneration.get('running') else ''}"
+        )
+    lines.append(f"{data.get('processes', 1)} process(es), up {data.get('uptime_s', 0):,.0f} s")
     return "\n".join(lines)
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    import time
 
     from crawlergate.config import default_cache_root
     from crawlergate.keys import KeyMaker

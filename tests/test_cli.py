@@ -85,3 +85,25 @@ def test_public_api_names() -> None:
 
     for name in ("CrawlerGateMiddleware", "CrawlerGateWSGI", "Settings", "load_settings", "create_app"):
         assert name in crawlergate.__all__ and hasattr(crawlergate, name)
+
+
+def test_cli_help_of_every_command_shows_each_options_default() -> None:
+    import argparse
+
+    from crawlergate.cli import _parser
+
+    def options(parser: argparse.ArgumentParser, name: str):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for command, sub in action.choices.items():
+                    yield from options(sub, f"{name} {command}")
+            elif action.option_strings and action.nargs != 0 and not action.required:
+                yield name, parser, action
+
+    undocumented = []
+    for name, parser, action in options(_parser(), "crawlergate"):
+        text = parser.formatter_class("crawlergate")._get_help_string(action) or ""  # type: ignore[attr-defined]
+        writes_a_file = action.dest in ("json", "report", "file", "log", "compare", "sitemap", "urls", "help")
+        if "default" not in text and not writes_a_file:
+            undocumented.append(f"{name} {action.option_strings[0]}")
+    assert undocumented == []

@@ -56,12 +56,16 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_serve_figures_equal_the_traffic_sent_whichever_worker_answers(
-    forum: ServerThread, tmp_path: Path, workers: int
+    forum: ServerThread, tmp_path: Path, workers: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with serve_process(forum.url, tmp_path, workers=workers) as gate:
         _send_known_traffic(gate)
         scrapes = [httpx.get(f"{gate}/_crawlergate/metrics").text for _ in range(8)]
         stats = [httpx.get(f"{gate}/_crawlergate/stats").json() for _ in range(8)]
+        assert main(["stats", "--url", gate]) == 0
+    shown = capsys.readouterr().out
+    assert "top crawler families: Googlebot 10 (50% hits); Bingbot 3 (0% hits)" in shown
+    assert "crawler share: 65.0% of requests" in shown and f"{workers} process(es)" in shown
     for text in scrapes:
         samples = _samples(text)
 
