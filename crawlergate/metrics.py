@@ -217,7 +217,8 @@ class Metrics:
         self._ttfb_slots = {kind: _HistogramSlots(counters, f"ttfb|{kind}") for kind in CLASSES}
         self._origin_time_slots = {kind: counters.slot(f"origin_us|{kind}") for kind in CLASSES}
         self._origin = _HistogramSlots(counters, "origin")
-        self._family_slots: dict[tuple[str, str, str], int] = {}
+        # (class, outcome, family, tag) -> the slots such a request counts into; bounded by the rules' families.
+        self._plans: dict[tuple[str, str, str, str], tuple[int, int, int, int, int, int]] = {}
         self._saved_slot = counters.slot("saved_us")
 
     def record(
@@ -228,20 +229,41 @@ class Metrics:
         ``family`` and ``tag`` name a crawler's family; ``saved_ms`` is the origin time a hit spared (the
         stored page's generation time). A pass's time is the origin's time for it.
         """
+        plan = self._plans.get((kind, outcome, family, tag))
+        if plan is None:
+            plan = self._plan(kind, outcome, family, tag)
+        request_slot, family_slot, first_bucket, sum_slot, max_slot, origin_slot = plan
+        micros = int(ttfb_ms * 1000)
+        bucket = int(math.log(ttfb_ms / _BUCKET_BASE_MS) / _LOG_GROWTH) + 1 if ttfb_ms > _BUCKET_BASE_MS else 0
+        if bucket >= _BUCKETS:
+            bucket = _BUCKETS - 1
         values = self._values
         with self._lock:
-            values[self._outcome_slots[kind][outcome]] += 1
-            self._ttfb_slots[kind].add(values, ttfb_ms)
-            if outcome == "pass":
-                values[self._origin_time_slots[kind]] += int(ttfb_ms * 1000)
-            if family:
-                family_key = (family, tag, outcome)
-                slot = self._family_slots.get(family_key)
-                if slot is None:
-                    slot = self._family_slots[family_key] = self.counters.slot(f"family|{family}|{tag}|{outcome}")
-                values[slot] += 1
+            values[request_slot] += 1
+            values[first_bucket + bucket] += 1
+            values[sum_slot] += micros
+            if micros > values[max_slot]:
+                values[max_slot] = micros
+            if family_slot >= 0:
+                values[family_slot] += 1
+            if origin_slot >= 0:
+                values[origin_slot] += micros
             if saved_ms:
                 values[self._saved_slot] += int(saved_ms * 1000)
+
+    def _plan(self, kind: str, outcome: str, family: str, tag: str) -> tuple[int, int, int, int, int, int]:
+        """The slots one kind of request counts into, worked out once (the request path only adds)."""
+        histogram = self._ttfb_slots[kind]
+        plan = (
+            self._outcome_slots[kind][outcome],
+            self.counters.slot(f"family|{family}|{tag}|{outcome}") if family else -1,
+            histogram.first,
+            histogram.sum,
+            histogram.max,
+            self._origin_time_slots[kind] if outcome == "pass" else -1,
+        )
+        self._plans[(kind, outcome, family, tag)] = plan
+        return plan
 
     def record_since(
         self, kind: str, outcome: str, started: float, family: str = "", tag: str = "", saved_ms: float = 0.0
@@ -249,11 +271,11 @@ class Metrics:
         """``record`` with the TTFB measured from ``started``, a ``time.perf_counter()`` reading."""
         self.record(kind, outcome, (time.perf_counter() - started) * 1000, family, tag, saved_ms)
 
-    def record_for(self, verdict: Classified, outcome: str, started: float, saved_ms: float = 0.0) -> None:
-        """``record_since`` for a classified request: its class, and a crawler's family."""
-        self.record(
-            verdict.kind, outcome, (time.perf_counter() - started) * 1000, verdict.family, verdict.tag, saved_ms
-        )
+    def record_for(self, verdict: Classified, outcome: str, started: float, saved_ms: float = 0.0) -> float:
+        """``record_since`` for a classified request: its class, and a crawler's family; returns the TTFB (ms)."""
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        self.record(verdict.kind, outcome, elapsed_ms, verdict.family, verdict.tag, saved_ms)
+        return elapsed_ms
 
     def record_origin(self, ms: float) -> None:
         """Count one guest sub-request (a fill, for a crawler or a regeneration) and its time to the whole answer."""

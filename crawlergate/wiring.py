@@ -15,6 +15,7 @@ from pathlib import Path
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
+from crawlergate.gate.accesslog import AccessLog
 from crawlergate.gate.dirty import DirtyIndex
 from crawlergate.gate.engine import GateCore
 from crawlergate.gate.fill import Filler
@@ -36,13 +37,19 @@ DIRTY_INDEX_FILE = "dirty.sqlite3"
 ACCESS_LOG_FILE = "access.log"
 
 
-def access_log_path(settings: Settings, *, standalone: bool) -> Path | None:
-    """Where the access log goes: ``log.access_log``, or beside L2 for ``serve``; None when off (the middlewares'
-    default)."""
+def build_access_log(core: GateCore, *, standalone: bool) -> AccessLog | None:
+    """The access log: at ``log.access_log``, or beside L2 for ``serve`` (``standalone``); None when off (the
+    middlewares' default)."""
+    settings = core.settings
     configured = settings.log.access_log
     if configured == "off" or (not configured and not standalone):
         return None
-    return Path(configured) if configured else settings.cache_dir / ACCESS_LOG_FILE
+    return AccessLog(
+        Path(configured) if configured else settings.cache_dir / ACCESS_LOG_FILE,
+        client_of=core.client_address,
+        max_bytes=settings.log.access_max_bytes,
+        backups=settings.log.access_backups,
+    )
 
 
 def build_core(

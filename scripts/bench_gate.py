@@ -6,6 +6,9 @@ with 32 connections. Pairs run alternately, `--rounds` times, and medians are re
 
 - bare:      a Starlette endpoint returning a 17 KB gzip page from memory
 - gate:      the same page served by CrawlerGateMiddleware as an L1 hit (embedded L1)
+- gate-unmeasured: the same with nothing counted (a Metrics that drops every count) and no access log
+- gate-measured:   the same as `serve` runs it: counters in a shared folder (summed across workers) and
+                   the access log on
 - gate-mc:   the same, with L1 on a real memcached (needs the memcached binary)
 - site-2ms:  a page costing 2 ms of CPU, for humans, without the gate
 - gate-2ms:  the same site behind the gate (human pass-through)
@@ -16,6 +19,7 @@ with 32 connections. Pairs run alternately, `--rounds` times, and medians are re
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import shutil
 import statistics
@@ -66,7 +70,10 @@ def build_app(name: str, cache_dir: str, memcached: str):  # type: ignore[no-unt
     from starlette.routing import Route
 
     from crawlergate import CrawlerGateMiddleware
-    from crawlergate.config import L1Settings, L2Settings, Settings
+    from crawlergate.config import L1Settings, L2Settings, LogSettings, MetricsSettings, Settings
+    from crawlergate.wiring import build_cache
+
+    _Uncounted = _uncounted_class()
 
     html = page_html()
     compressed = gzip.compress(html, mtime=0)
@@ -90,7 +97,34 @@ def build_app(name: str, cache_dir: str, memcached: str):  # type: ignore[no-unt
     l1 = L1Settings(memcached=(memcached,)) if name == "gate-mc" else L1Settings()
     settings = Settings(l1=l1, l2=L2Settings(cache_dir=cache_dir))
     site = Starlette(routes=[Route("/t/1", cpu_page if name == "gate-2ms" else page)])
+    if name == "gate-unmeasured":
+        return CrawlerGateMiddleware(site, settings=settings, cache=build_cache(settings, _Uncounted()))
+    if name == "gate-measured":
+        measured = dataclasses.replace(
+            settings,
+            metrics=MetricsSettings(shared_dir=str(Path(cache_dir) / "metrics")),
+            log=LogSettings(access_log=str(Path(cache_dir) / "access.log")),
+        )
+        return CrawlerGateMiddleware(site, settings=measured)
     return CrawlerGateMiddleware(site, settings=settings)
+
+
+def _uncounted_class():  # type: ignore[no-untyped-def]
+    from crawlergate.metrics import Metrics
+
+    class Uncounted(Metrics):
+        """Counts nothing: the baseline that shows what counting costs."""
+
+        def record(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def record_for(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def count(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    return Uncounted
 
 
 def serve(name: str, port: int, cache_dir: str, memcached: str) -> None:
@@ -120,7 +154,14 @@ def main() -> int:
 
     processes: list[subprocess.Popen[bytes]] = []
     memcached = ""
-    cases = [("bare", GOOGLEBOT), ("gate", GOOGLEBOT), ("site-2ms", FIREFOX), ("gate-2ms", FIREFOX)]
+    cases = [
+        ("bare", GOOGLEBOT),
+        ("gate", GOOGLEBOT),
+        ("gate-unmeasured", GOOGLEBOT),
+        ("gate-measured", GOOGLEBOT),
+        ("site-2ms", FIREFOX),
+        ("gate-2ms", FIREFOX),
+    ]
     if shutil.which("memcached"):
         port = free_port()
         memcached = f"127.0.0.1:{port}"
@@ -152,14 +193,16 @@ def main() -> int:
             process.wait(timeout=10)
 
     print(f"\nwrk, {args.connections} connections, {args.seconds} s x {args.rounds} rounds, medians")
-    print(f"{'case':<12}{'requests/s':>14}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}")
+    print(f"{'case':<16}{'requests/s':>14}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}")
     median = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in results.items()}
     for name, figures in median.items():
         print(
-            f"{name:<12}{figures['rps']:>14,.0f}{figures['p50_ms']:>10.2f}{figures['p99_ms']:>10.2f}{figures['errors']:>10.0f}"
+            f"{name:<16}{figures['rps']:>14,.0f}{figures['p50_ms']:>10.2f}{figures['p99_ms']:>10.2f}{figures['errors']:>10.0f}"
         )
     print()
     print(f"crawler L1 hit vs bare endpoint: {median['gate']['rps'] / median['bare']['rps']:.1%} of throughput")
+    measured, unmeasured = median["gate-measured"]["rps"], median["gate-unmeasured"]["rps"]
+    print(f"crawler L1 hit, counters shared and access log on vs nothing counted: {measured / unmeasured:.1%}")
     if "gate-mc" in median:
         print(f"crawler L1 hit (memcached) vs bare: {median['gate-mc']['rps'] / median['bare']['rps']:.1%}")
     print(f"human pass-through vs site: {median['gate-2ms']['rps'] / median['site-2ms']['rps']:.1%} of throughput, "

@@ -3,6 +3,8 @@ equal what a test sent, per class, family and outcome, whichever worker answers.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,11 +13,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from crawlergate.adapters.accesslog import AccessLog
+from crawlergate import CrawlerGateMiddleware, CrawlerGateWSGI, create_app
 from crawlergate.classify import Classifier
 from crawlergate.cli import main
-from crawlergate.config import Settings
+from crawlergate.config import L2Settings, LogSettings, ServerSettings, Settings
 from crawlergate.demo.forum import create_forum
+from crawlergate.gate.accesslog import AccessLog
+from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.tools.analyze import crawler_share
 from crawlergate.tools.logparse import iter_records
 from tests.browser import chromium, has_horizontal_scroll, screenshot
@@ -118,25 +122,66 @@ def test_serve_access_log_reads_back_with_the_same_crawler_share_as_stats(
 
 
 def test_access_log_rotates_by_size_and_follows_a_moved_file(tmp_path: Path) -> None:
-    log = AccessLog(tmp_path / "access.log", max_bytes=2000, backups=2)
+    log = AccessLog(tmp_path / "access.log", client_of=TrustedProxies(["127.0.0.1"]).client, max_bytes=2000, backups=2)
     log.start()
-    entry = ("203.0.113.9", 1_764_000_000.0, "GET", '/t?q="x"', "1.1", 200, 10, "", "Googlebot", 412, "l1-hit")
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": '/t"x',
+        "raw_path": b"/t%22x",
+        "query_string": b'q="\\\xc3\xa9"',
+        "headers": [(b"user-agent", b"Googlebot\x01"), (b"x-forwarded-for", b"203.0.113.9")],
+        "client": ("127.0.0.1", 5000),
+        "http_version": "1.1",
+    }
     try:
         for _ in range(3):
             for _ in range(15):
-                log.log(entry)
+                log.log(scope, 200, 10, 0.412, "l1-hit")
             time.sleep(1.2)  # past a flush and the rotation check, both bounded in time
         (tmp_path / "access.log").rename(tmp_path / "moved.log")  # logrotate's create mode
         time.sleep(1.2)
-        log.log(entry)
+        log.log(scope, 200, 10, 0.412, "l1-hit")
     finally:
         log.close()
     assert (tmp_path / "access.log.1").exists() and not (tmp_path / "access.log.3").exists()
     assert (tmp_path / "access.log").read_text().count("\n") == 1
     line = (tmp_path / "access.log.1").read_text().splitlines()[0]
-    assert line == (
-        '203.0.113.9 - - [24/Nov/2025:16:00:00 +0000] "GET /t?q=\\x22x\\x22 HTTP/1.1" 200 10 "-" "Googlebot" 412 l1-hit'
+    # The forwarded client from a trusted proxy; quotes, backslashes, control and non-ASCII bytes as nginx writes them.
+    assert re.fullmatch(
+        r'203\.0\.113\.9 - - \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d \+0000\] "GET /t%22x\?q=\\x22\\x5C\\xC3\\xA9\\x22 '
+        r'HTTP/1\.1" 200 10 "-" "Googlebot\\x01" 412 l1-hit',
+        line,
+    ), line
+
+
+def test_wsgi_gate_writes_the_access_log_when_configured(tmp_path: Path) -> None:
+    def site(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/html")])
+        return [b"<p>a page</p>", b"<p>more</p>"]
+
+    settings = Settings(
+        l2=L2Settings(cache_dir=str(tmp_path / "l2")), log=LogSettings(access_log=str(tmp_path / "wsgi.log"))
     )
+    gate = CrawlerGateWSGI(site, settings=settings)
+    with httpx.Client(transport=httpx.WSGITransport(app=gate), base_url="http://site.test") as client:
+        client.get("/a page?x=1", headers={"user-agent": GOOGLEBOT})
+        client.get("/a page?x=1", headers={"user-agent": GOOGLEBOT})
+        client.get("/b", headers={"user-agent": FIREFOX, "referer": "http://site.test/a"})
+    gate.close()
+    lines = (tmp_path / "wsgi.log").read_text().splitlines()
+    assert [line.split()[-1] for line in lines] == ["miss", "l1-hit", "pass"]
+    # The crawler got the stored gzip (40 bytes), the person the site's own 24 bytes.
+    assert '"GET /a%20page?x=1 HTTP/1.1" 200 40 "-"' in lines[0]
+    assert '"GET /b HTTP/1.1" 200 24 "http://site.test/a"' in lines[2]
+    assert [record.status for record in iter_records(tmp_path / "wsgi.log")] == [200, 200, 200]
+
+
+def test_middlewares_write_no_access_log_unless_configured(tmp_path: Path) -> None:
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")))
+    assert CrawlerGateWSGI(lambda environ, start_response: [], settings=settings).access_log is None
+    assert CrawlerGateMiddleware(create_forum(tmp_path / "f.sqlite3", threads=1), settings=settings).access_log is None
+    assert create_app(dataclasses.replace(settings, server=ServerSettings(origin="http://127.0.0.1:1"))).access_log
 
 
 def test_dashboard_in_chromium_shows_the_traffic_sent(forum: ServerThread, tmp_path: Path) -> None:

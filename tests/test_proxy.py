@@ -267,7 +267,7 @@ def test_cli_stats_of_a_running_gate(forum_proxy: ServerThread, capsys: pytest.C
     httpx.get(f"{forum_proxy.url}/showthread.php?t=2", headers=GOOGLEBOT)
     assert main(["stats", "--url", forum_proxy.url]) == 0
     out = capsys.readouterr().out
-    assert "crawler" in out and "50.0%" in out and "origin fetches 1" in out
+    assert "crawler" in out and "50.0%" in out and "origin: 1 fetches" in out
     assert main(["stats", "--url", forum_proxy.url, "--json"]) == 0
     assert '"l1_hits": 1' in capsys.readouterr().out
 

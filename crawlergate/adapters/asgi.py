@@ -19,11 +19,10 @@ from collections.abc import Awaitable, Callable
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from crawlergate.adapters.accesslog import AccessLog, AccessLogged
 from crawlergate.cache import Found, TwoLevelCache
-from crawlergate.classify import Classifier, Verdict
+from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
-from crawlergate.errors import ConfigError, OriginError
+from crawlergate.errors import OriginError
 from crawlergate.gate.answer import (
     INLINE_PAGE_BYTES,
     Response,
@@ -39,7 +38,7 @@ from crawlergate.gate.writes import FORM_BYTES, FORM_TYPES, form_fields
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
 from crawlergate.regenerate.schedule import Scheduler, start_async_scheduler
-from crawlergate.wiring import access_log_path, build_core, build_regeneration
+from crawlergate.wiring import build_access_log, build_core, build_regeneration
 
 
 async def _answer(
@@ -94,21 +93,13 @@ class CrawlerGateMiddleware:
         self.regeneration = build_regeneration(self.core, self.filler, self._fetch_for_regeneration, clock=clock)
         self._scheduler: Scheduler | None = None
         self._scheduling = False
-        log_path = access_log_path(settings, standalone=standalone)
-        self.access_log = (
-            AccessLog(log_path, max_bytes=settings.log.access_max_bytes, backups=settings.log.access_backups)
-            if log_path is not None
-            else None
-        )
+        self.access_log = build_access_log(self.core, standalone=standalone)
 
     def start(self) -> None:
         """Prepare the stores (create the L2 directory) and the access log; raises ConfigError when unusable."""
         self.core.start()
         if self.access_log is not None:
-            try:
-                self.access_log.start()
-            except OSError as exc:
-                raise ConfigError(f"Access log '{self.access_log.path}' cannot be written: {exc.strerror}.") from None
+            self.access_log.start()
 
     def _start_schedule(self) -> None:
         """Start the off-peak job on the running loop (at startup, or at the first request of an app without a
@@ -150,24 +141,6 @@ class CrawlerGateMiddleware:
             return
         if not self._scheduling:
             self._start_schedule()
-        # Admin requests are neither counted nor logged: the log and the stats tell the same story.
-        if self.access_log is not None and not self.core.is_admin_path(scope["path"]):
-            await self._handle_logged(scope, receive, send)
-        else:
-            await self._handle(scope, receive, send)
-
-    async def _handle_logged(self, scope: Scope, receive: Receive, send: Send) -> None:
-        assert self.access_log is not None
-        client = scope.get("client")
-        logged = AccessLogged(
-            self.access_log, scope, send, self.core.client_address(client[0] if client else None, scope["headers"])
-        )
-        try:
-            await self._handle(scope, receive, logged)
-        finally:
-            logged.finish()
-
-    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
         decision = self.core.decide(
@@ -195,8 +168,9 @@ class CrawlerGateMiddleware:
             answer = await anyio.to_thread.run_sync(self.core.purge, peer, scope["headers"], raw_path, query)
             await send_response(send, answer)
         else:
-            await send_response(send, plain_response(414, b"URI Too Long\n", outcome=b"pass"))
-            self.metrics.record_since("human", "pass", started)
+            response = plain_response(414, b"URI Too Long\n", outcome=b"pass")
+            await send_response(send, response)
+            self._count(scope, HUMAN, "pass", started, response)
 
     async def _serve_crawler(
         self, scope: Scope, receive: Receive, send: Send, decision: Decision, started: float
@@ -216,8 +190,9 @@ class CrawlerGateMiddleware:
         step = self.core.serve_or_fill(key, found, now)
         if isinstance(step, Found):
             hit = b"%s-hit" % step.level.encode()
-            await send_response(send, await _answer(step.page, method, request, outcome=hit, now=now))
-            self.metrics.record_for(decision.verdict, f"{step.level}-hit", started, step.page.generation_ms)
+            served = await _answer(step.page, method, request, outcome=hit, now=now)
+            await send_response(send, served)
+            self._count(scope, decision.verdict, f"{step.level}-hit", started, served, step.page.generation_ms)
             return
         stale = step.stale
         result: Page | Unstored | None = None
@@ -238,7 +213,15 @@ class CrawlerGateMiddleware:
             await self._pass(scope, receive, send, decision.verdict, started)
             return
         await send_response(send, response)
-        self.metrics.record_for(decision.verdict, outcome, started)
+        self._count(scope, decision.verdict, outcome, started, response)
+
+    def _count(
+        self, scope: Scope, verdict: Verdict, outcome: str, started: float, response: Response, saved_ms: float = 0.0
+    ) -> None:
+        """Count an answer the gate gave itself, and log it."""
+        ttfb_ms = self.metrics.record_for(verdict, outcome, started, saved_ms)
+        if self.access_log is not None:
+            self.access_log.log(scope, response[0], len(response[2]), ttfb_ms, outcome)
 
     def _fetch(self, key: CacheKey, scope: Scope) -> Awaitable[OriginResponse]:
         """The guest sub-request for the visitor of ``scope``."""
@@ -257,16 +240,22 @@ class CrawlerGateMiddleware:
 
     async def _pass(self, scope: Scope, receive: Receive, send: Send, verdict: Verdict, started: float) -> int:
         status = 0
-        first_body = True
+        ttfb_ms = -1.0
+        sent = 0
+        access_log = self.access_log
 
         async def send_marked(message: Message) -> None:
-            nonlocal status, first_body
+            nonlocal status, ttfb_ms, sent
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message["headers"] = [*message.get("headers", []), (b"x-crawlergate", b"pass")]
-            elif message["type"] == "http.response.body" and first_body:
-                first_body = False
-                self.metrics.record_for(verdict, "pass", started)
+            elif message["type"] == "http.response.body":
+                if ttfb_ms < 0:
+                    ttfb_ms = self.metrics.record_for(verdict, "pass", started)
+                if access_log is not None:
+                    sent += len(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        access_log.log(scope, status, sent, ttfb_ms, "pass")
             await send(message)
 
         await self.app(scope, receive, send_marked)

@@ -22,9 +22,10 @@ from urllib.parse import quote
 
 from crawlergate.admin.endpoints import MAX_BODY_BYTES
 from crawlergate.cache import Found, TwoLevelCache
-from crawlergate.classify import Classifier
+from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
 from crawlergate.errors import OriginTimeout
+from crawlergate.gate.accesslog import WSGI_TARGET
 from crawlergate.gate.answer import Response, page_response, plain_response
 from crawlergate.gate.engine import Decision, Route
 from crawlergate.gate.fill import Filler
@@ -32,7 +33,7 @@ from crawlergate.gate.origin import OriginResponse, PublicSite, WsgiOrigin
 from crawlergate.gate.writes import FORM_BYTES, FORM_TYPES, form_fields
 from crawlergate.keys import CacheKey
 from crawlergate.regenerate.schedule import Scheduler, start_background_scheduler
-from crawlergate.wiring import build_core, build_regeneration
+from crawlergate.wiring import build_access_log, build_core, build_regeneration
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -84,6 +85,8 @@ class CrawlerGateWSGI:
         self._regeneration_fetches = ThreadPoolExecutor(
             max_workers=settings.regenerate.concurrency, thread_name_prefix="crawlergate-regenerate-fetch"
         )
+        # Off unless log.access_log names a file (the WSGI server usually keeps its own).
+        self.access_log = build_access_log(self.core, standalone=False)
 
     def start(self) -> None:
         self.core.start()
@@ -95,6 +98,8 @@ class CrawlerGateWSGI:
             if self._scheduling:
                 return
             self._scheduling = True
+            if self.access_log is not None:
+                self.access_log.start()
             if self.settings.regenerate.enabled:
                 self.start()
                 self._scheduler = start_background_scheduler(self.regeneration)
@@ -123,6 +128,8 @@ class CrawlerGateWSGI:
         self._regeneration_fetches.shutdown(wait=False, cancel_futures=True)
         self._prefetcher.shutdown(wait=True)
         self.filler.close()
+        if self.access_log is not None:
+            self.access_log.close()
         self.core.close()
         self.regeneration.state.close()
 
@@ -136,6 +143,8 @@ class CrawlerGateWSGI:
         started = time.perf_counter()
         method = environ.get("REQUEST_METHOD", "GET")
         raw_path, query = _raw_target(environ)
+        if self.access_log is not None:
+            environ[WSGI_TARGET] = raw_path + b"?" + query if query else raw_path
         headers = _request_headers(environ)
         decision = self.core.decide(method, environ.get("PATH_INFO", "/") or "/", raw_path, query, headers)
         if decision.route is Route.CRAWLER:
@@ -148,8 +157,9 @@ class CrawlerGateWSGI:
             path, peer = environ.get("PATH_INFO", ""), environ.get("REMOTE_ADDR")
             response = self.admin.respond(path, method, peer, headers, _admin_body(environ))
             return _respond(start_response, response)
-        self.metrics.record_since("human", "pass", started)
-        return _respond(start_response, plain_response(414, b"URI Too Long\n", outcome=b"pass"))
+        response = plain_response(414, b"URI Too Long\n", outcome=b"pass")
+        self._count(environ, HUMAN, "pass", started, response)
+        return _respond(start_response, response)
 
     def _serve_crawler(
         self, environ: WSGIEnvironment, start_response: StartResponse, decision: Decision, started: float
@@ -162,9 +172,9 @@ class CrawlerGateWSGI:
             self._in_background(self.core.dirty.upkeep)
         step = self.core.serve_or_fill(key, self.cache.lookup(key), now)
         if isinstance(step, Found):
-            self.metrics.record_for(decision.verdict, f"{step.level}-hit", started, step.page.generation_ms)
             hit = b"%s-hit" % step.level.encode()
             served = page_response(step.page, method, decision.headers, outcome=hit, now=now)
+            self._count(environ, decision.verdict, f"{step.level}-hit", started, served, step.page.generation_ms)
             return _respond(start_response, served)
         client = self.core.client_address(
             environ.get("REMOTE_ADDR"), [(b"x-forwarded-for", environ.get("HTTP_X_FORWARDED_FOR", "").encode())]
@@ -178,8 +188,22 @@ class CrawlerGateWSGI:
         response, outcome = self.core.after_fill(key, filled.result, filled.error, step.stale, method, decision.headers)
         if response is None:
             return self._pass(environ, start_response, decision, started)
-        self.metrics.record_for(decision.verdict, outcome, started)
+        self._count(environ, decision.verdict, outcome, started, response)
         return _respond(start_response, response)
+
+    def _count(
+        self,
+        environ: WSGIEnvironment,
+        verdict: Verdict,
+        outcome: str,
+        started: float,
+        response: Response,
+        saved_ms: float = 0.0,
+    ) -> None:
+        """Count an answer the gate gave itself, and log it."""
+        ttfb_ms = self.metrics.record_for(verdict, outcome, started, saved_ms)
+        if self.access_log is not None:
+            self.access_log.log(environ, response[0], len(response[2]), ttfb_ms, outcome)
 
     def _pass(
         self, environ: WSGIEnvironment, start_response: StartResponse, decision: Decision, started: float
@@ -208,7 +232,11 @@ class CrawlerGateWSGI:
                 query = environ.get("QUERY_STRING", "").encode("latin-1")
                 self._in_background(self.core.after_write, method, path, query, fields)
 
-        return _Measured(body, lambda: self.metrics.record_for(decision.verdict, "pass", started), after_close)
+        measured = _Measured(body, lambda: self.metrics.record_for(decision.verdict, "pass", started), after_close)
+        if self.access_log is not None:
+            access_log = self.access_log
+            measured.on_done = lambda: access_log.log(environ, status_code, measured.sent, measured.ttfb_ms, "pass")
+        return measured
 
     def _in_background(self, work: Callable[..., object], *args: Any) -> None:
         future = self._prefetcher.submit(work, *args)
@@ -244,20 +272,27 @@ class _TeedInput:
 class _Measured:
     """Wraps a WSGI body: counts the first chunk's time, and runs a callback once the server closes it."""
 
-    def __init__(self, body: Iterable[bytes], on_first: Callable[[], None], on_close: Callable[[], None]) -> None:
+    def __init__(self, body: Iterable[bytes], on_first: Callable[[], float], on_close: Callable[[], None]) -> None:
         self._body = body
         self._on_first = on_first
         self._on_close = on_close
+        # With an access log: the bytes sent, the TTFB, and what to do once the body is sent whole.
+        self.on_done: Callable[[], None] | None = None
+        self.sent = 0
+        self.ttfb_ms = -1.0
 
     def __iter__(self) -> Iterator[bytes]:
         first = True
+        counting = self.on_done is not None
         for chunk in self._body:
             if first:
                 first = False
-                self._on_first()
+                self.ttfb_ms = self._on_first()
+            if counting:
+                self.sent += len(chunk)
             yield chunk
         if first:
-            self._on_first()
+            self.ttfb_ms = self._on_first()
 
     def close(self) -> None:
         try:
@@ -265,6 +300,8 @@ class _Measured:
             if close is not None:
                 close()
         finally:
+            if self.on_done is not None:
+                self.on_done()
             self._on_close()
 
 

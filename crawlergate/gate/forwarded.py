@@ -44,8 +44,10 @@ class TrustedProxies:
         """The client's address: walk X-Forwarded-For from the right while the hops are trusted proxies."""
         if peer is None or peer not in self:
             return peer
-        forwarded = b",".join(value for name, value in headers if name == b"x-forwarded-for")
-        hops = [hop.strip().decode("latin-1") for hop in forwarded.split(b",") if hop.strip()]
+        values = [value for name, value in headers if name == b"x-forwarded-for"]
+        if not values:
+            return peer
+        hops = [hop.strip().decode("latin-1") for hop in b",".join(values).split(b",") if hop.strip()]
         address = peer
         while hops and address in self:
             address = hops.pop()

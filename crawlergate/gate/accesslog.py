@@ -6,7 +6,8 @@ the time to first byte in microseconds (Apache's ``%D``) and the ``X-Crawlergate
     203.0.113.9 - - [24/Nov/2026:18:30:00 +0000] "GET /t/1 HTTP/1.1" 200 5120 "-" "Googlebot/2.1" 412 l1-hit
 
 so ``crawlergate analyze`` and ``replay`` (and any log tool) read it back. The request path only
-queues a tuple; a writer thread formats and appends the lines in batches, off the event loop.
+queues its scope (or WSGI environ) with four figures; a writer thread reads the fields, formats
+and appends the lines in batches, off the event loop.
 
 Several worker processes append to one file: the file is opened with ``O_APPEND`` and each batch
 is one ``write``, so lines never interleave. Past ``max_bytes`` the file is rotated (``access.log.1``
@@ -17,15 +18,18 @@ it, as they do after ``logrotate`` renames it. ``copytruncate`` needs nothing: a
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 import queue
+import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
-from starlette.types import Message, Scope, Send
+from crawlergate.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -34,17 +38,24 @@ FLUSH_INTERVAL_S = 0.5
 BATCH_LINES = 512
 # Lines queued beyond this are dropped (and counted) rather than let a stuck disk grow memory.
 MAX_QUEUED = 100_000
+# Bytes nginx escapes in quoted fields ($http_user_agent, $request): quote, backslash, control and non-ASCII.
+_UNSAFE = re.compile(rb'["\\\x00-\x1f\x7f-\xff]')
+# The WSGI environ key where the WSGI gate leaves the request target as sent (bytes, with its query).
+WSGI_TARGET = "crawlergate.target"
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
-# (client, epoch seconds, method, target, http version, status, bytes, referer, user agent, ttfb µs, outcome)
-Entry = tuple[str, float, str, str, str, int, int, str, str, int, str]
+# What the request path queues: (scope or WSGI environ, status, bytes sent, TTFB ms, outcome, epoch seconds);
+# the writer thread reads the rest from the request itself. A None stops the writer.
+Entry = tuple[Mapping[str, Any], int, int, float, str, float]
+ClientOf = Callable[[str | None, Iterable[tuple[bytes, bytes]]], str | None]
 
 
 class AccessLog:
     """Appends request lines to ``path`` from a background thread; ``log`` is all the request path does."""
 
-    def __init__(self, path: Path, *, max_bytes: int = 0, backups: int = 5) -> None:
+    def __init__(self, path: Path, *, client_of: ClientOf, max_bytes: int = 0, backups: int = 5) -> None:
         self.path = path
+        self._client_of = client_of
         self.max_bytes = max_bytes
         self.backups = backups
         self.dropped = 0
@@ -57,20 +68,24 @@ class AccessLog:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        """Open the file (creating its folder) and start the writer; raises OSError when it cannot be written."""
+        """Open the file (creating its folder) and start the writer; raises ConfigError when it cannot be written."""
         with self._lock:
             if self._thread is not None:
                 return
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._open()
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._open()
+            except OSError as exc:
+                raise ConfigError(f"Access log '{self.path}' cannot be written: {exc.strerror or exc}.") from None
             self._thread = threading.Thread(target=self._run, name="crawlergate-access-log", daemon=True)
             self._thread.start()
 
-    def log(self, entry: Entry) -> None:
+    def log(self, request: Mapping[str, Any], status: int, size: int, ttfb_ms: float, outcome: str) -> None:
+        """Queue one request's line: an ASGI scope or a WSGI environ, as it is (read by the writer thread)."""
         if self._queue.qsize() >= MAX_QUEUED:
             self.dropped += 1
             return
-        self._queue.put(entry)
+        self._queue.put((request, status, size, ttfb_ms, outcome, time.time()))
 
     def reopen(self) -> None:
         """Open the file again at the next batch (SIGHUP, after logrotate moved it)."""
@@ -105,7 +120,7 @@ class AccessLog:
             except queue.Empty:
                 pass
             if batch:
-                self._write("".join(map(format_line, batch)).encode("utf-8", "replace"))
+                self._write(b"".join(map(self._line, batch)))
 
     def _write(self, data: bytes) -> None:
         try:
@@ -164,95 +179,95 @@ class AccessLog:
         stat = os.fstat(fd)
         self._inode = (stat.st_dev, stat.st_ino)
 
+    def _line(self, entry: Entry) -> bytes:
+        """The line of one request, as bytes (headers and path stay as they came, nothing decoded). Formatted in
+        the writer thread, where every microsecond still holds the GIL that the event loop wants."""
+        request, status, size, ttfb_ms, outcome, epoch = entry
+        if "wsgi.version" in request:
+            return self._wsgi_line(request, status, size, ttfb_ms, outcome, epoch)
+        headers = request["headers"]
+        referer = agent = b""
+        forwarded = False
+        for name, value in headers:
+            if name == b"user-agent":
+                agent = value
+            elif name == b"referer":
+                referer = value
+            elif name == b"x-forwarded-for":
+                forwarded = True
+        peer = request.get("client")
+        client = peer[0] if peer else None
+        if forwarded:
+            client = self._client_of(client, headers)
+        raw: bytes = request.get("raw_path") or request["path"].encode("utf-8")
+        query: bytes = request.get("query_string", b"")
+        target = raw + b"?" + query if query else raw
+        return _format(client, epoch, request["method"], target, request.get("http_version", "1.1"), status, size,
+                       referer, agent, ttfb_ms, outcome)  # fmt: skip
 
-def format_line(entry: Entry) -> str:
-    """One combined-format line, then the TTFB in microseconds and the outcome."""
-    client, epoch, method, target, version, status, size, referer, agent, ttfb_us, outcome = entry
-    moment = time.gmtime(epoch)
-    stamp = (
-        f"{moment.tm_mday:02d}/{_MONTHS[moment.tm_mon - 1]}/{moment.tm_year}:"
-        f"{moment.tm_hour:02d}:{moment.tm_min:02d}:{moment.tm_sec:02d} +0000"
-    )
-    return (
-        f'{client or "-"} - - [{stamp}] "{_quoted(method)} {_quoted(target)} HTTP/{version}" {status} {size} '
-        f'"{_quoted(referer) or "-"}" "{_quoted(agent) or "-"}" {ttfb_us} {outcome}\n'
-    )
-
-
-def _quoted(text: str) -> str:
-    # nginx's escaping of quoted fields: a quote, a backslash and control bytes as \xHH.
-    if text.isprintable() and '"' not in text and "\\" not in text:
-        return text
-    return "".join(f"\\x{ord(char):02X}" if char in '"\\' or not char.isprintable() else char for char in text)
-
-
-class AccessLogged:
-    """Per request: the ``send`` wrapper that notes status, bytes and TTFB, then queues the line."""
-
-    __slots__ = ("_log", "_client", "_scope", "_send", "_started", "_status", "_bytes", "_ttfb_us", "_outcome", "_done")
-
-    def __init__(self, log: AccessLog, scope: Scope, send: Send, client: str | None) -> None:
-        self._log = log
-        self._scope = scope
-        self._send = send
-        self._client = client or "-"
-        self._started = time.perf_counter()
-        self._status = 0
-        self._bytes = 0
-        self._ttfb_us = -1
-        self._outcome = "-"
-        self._done = False
-
-    async def __call__(self, message: Message) -> None:
-        kind = message["type"]
-        if kind == "http.response.start":
-            self._status = message["status"]
-            self._outcome = _outcome(message.get("headers", ()))
-        elif kind == "http.response.body":
-            if self._ttfb_us < 0:
-                self._ttfb_us = int((time.perf_counter() - self._started) * 1e6)
-            self._bytes += len(message.get("body", b""))
-            if not message.get("more_body", False):
-                self.finish()
-        await self._send(message)
-
-    def finish(self) -> None:
-        """Queue the request's line, once: when its answer is complete, or when it ended without one (status 499,
-        nginx's "client closed request", when no answer had begun)."""
-        if self._done:
-            return
-        self._done = True
-        scope = self._scope
-        headers = scope["headers"]
-        query: bytes = scope.get("query_string", b"")
-        raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
-        target = (raw_path + b"?" + query if query else raw_path).decode("latin-1")
-        self._log.log(
-            (
-                self._client,
-                time.time() - (time.perf_counter() - self._started),
-                scope["method"],
-                target,
-                scope.get("http_version", "1.1"),
-                self._status or 499,
-                self._bytes,
-                _header(headers, b"referer"),
-                _header(headers, b"user-agent"),
-                self._ttfb_us,
-                self._outcome,
-            )
+    def _wsgi_line(
+        self, environ: Mapping[str, Any], status: int, size: int, ttfb_ms: float, outcome: str, epoch: float
+    ) -> bytes:
+        forwarded = environ.get("HTTP_X_FORWARDED_FOR")
+        client = self._client_of(
+            environ.get("REMOTE_ADDR"), [(b"x-forwarded-for", forwarded.encode("latin-1"))] if forwarded else []
+        )
+        return _format(
+            client,
+            epoch,
+            environ.get("REQUEST_METHOD", "GET"),
+            environ[WSGI_TARGET],
+            environ.get("SERVER_PROTOCOL", "HTTP/1.1").removeprefix("HTTP/"),
+            status,
+            size,
+            environ.get("HTTP_REFERER", "").encode("latin-1", "replace"),
+            environ.get("HTTP_USER_AGENT", "").encode("latin-1", "replace"),
+            ttfb_ms,
+            outcome,
         )
 
 
-def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str:
-    for key, value in headers:
-        if key == name:
-            return value.decode("latin-1")
-    return ""
+def _format(
+    client: str | None,
+    epoch: float,
+    method: str,
+    target: bytes,
+    version: str,
+    status: int,
+    size: int,
+    referer: bytes,
+    agent: bytes,
+    ttfb_ms: float,
+    outcome: str,
+) -> bytes:
+    """One combined-format line, then the TTFB in microseconds and the outcome."""
+    if _UNSAFE.search(target + referer + agent):
+        target, referer, agent = _escaped(target), _escaped(referer), _escaped(agent)
+    return b'%s - - [%s] "%s %s HTTP/%s" %d %d "%s" "%s" %d %s\n' % (
+        (client or "-").encode("latin-1", "replace"),
+        _stamp(int(epoch)),
+        method.encode("latin-1", "replace"),
+        target,
+        version.encode("latin-1", "replace"),
+        status,
+        size,
+        referer or b"-",
+        agent or b"-",
+        int(ttfb_ms * 1000),
+        outcome.encode("latin-1", "replace"),
+    )
 
 
-def _outcome(headers: Iterable[tuple[bytes, bytes]]) -> str:
-    for key, value in headers:
-        if key == b"x-crawlergate":
-            return value.decode("latin-1")
-    return "-"
+@functools.lru_cache(maxsize=4)
+def _stamp(second: int) -> bytes:
+    """The combined format's time of one second (in UTC): most lines share theirs with the line before."""
+    moment = time.gmtime(second)
+    return (
+        f"{moment.tm_mday:02d}/{_MONTHS[moment.tm_mon - 1]}/{moment.tm_year}:"
+        f"{moment.tm_hour:02d}:{moment.tm_min:02d}:{moment.tm_sec:02d} +0000"
+    ).encode()
+
+
+def _escaped(field: bytes) -> bytes:
+    # nginx's escaping of quoted fields: a quote, a backslash, control and non-ASCII bytes as \xHH.
+    return _UNSAFE.sub(lambda match: b"\\x%02X" % match.group()[0], field)
