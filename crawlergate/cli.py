@@ -413,7 +413,8 @@ def _run_analyze(args: argparse.Namespace) -> int:
 def _run_replay(args: argparse.Namespace) -> int:
     import re
 
-    from crawlergate.tools.replay import comparison, format_summary, replay, report_html, requests_from_log, run_replay
+    from crawlergate.tools.replay import comparison, format_summary, replay, requests_from_log, run_replay
+    from crawlergate.tools.replayreport import report_html
 
     for url in filter(None, (args.target, args.compare)):
         if not re.match(r"^https?://[^/\s]+", url) or not _has_valid_port(url):
@@ -696,14 +697,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
     from crawlergate.config import default_cache_root
     from crawlergate.keys import KeyMaker
     from crawlergate.rules import resolve_rule_files, rules_fingerprint
-    from crawlergate.tools.simulate import (
-        POLICIES,
-        default_sizes,
-        format_report,
-        load_trace,
-        report_html,
-        run_simulation,
-    )
+    from crawlergate.tools.simulate import POLICIES, default_sizes, format_report, load_trace, run_simulation
+    from crawlergate.tools.simulatereport import report_html
 
     settings = _settings(args)
     classifier = Classifier.from_settings(settings.classify)

@@ -56,7 +56,8 @@ def test_cli_analyze(log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[st
     data = json.loads(out_json.read_text())
     assert data["off_peak_hour"] == 4 and data["crawler_breadth"] == 1.0
     assert data["crawler_families"]["Googlebot"]["pages"] == 48
-    assert "<svg" in out_html.read_text()
+    html = out_html.read_text()
+    assert 'class="chart"' in html and "the off-peak hour is 04:00 UTC" in html and "off-peak 04:00" in html
 
 
 def test_analyze_part_of_a_day_suggests_only_hours_it_covers(

@@ -124,7 +124,8 @@ def test_cli_replay_compare(
     data = json.loads(out_json.read_text())
     assert data["first"]["requests"] == data["second"]["requests"] == 51
     assert data["ratios"]["throughput"] > 0
-    assert out_html.read_text().count("<svg") >= 4
+    html = out_html.read_text()
+    assert html.count('class="chart"') >= 4 and "Through crawlergate: crawlers " in html
 
 
 @pytest.mark.parametrize(

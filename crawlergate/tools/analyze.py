@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from crawlergate.classify import Classifier, Verdict
 from crawlergate.tools.logparse import LogRecord
+from crawlergate.tools.report import PALETTE, Marker, bar_chart, line_chart, note, page, paragraph, table
 
 K = TypeVar("K")
 
@@ -301,19 +302,95 @@ def format_profile(profile: TraceProfile, classifier: Classifier, top: int) -> s
 
 
 def profile_html(profile: TraceProfile, classifier: Classifier, top: int) -> str:
-    from crawlergate.tools.plot import bar_chart, html_page, line_chart
+    """The HTML report of ``crawlergate analyze --report``: who sends the requests, when, and how far crawlers reach."""
+    share, off_peak = profile.share, profile.off_peak_hour
+    crawler_requests = share.share("crawler", "requests")
+    if share.has_time:
+        load = f"and {_percent(share.share('crawler', 'time'))} of the server's time"
+    else:
+        load = "(the log records no response times, so their share of the server's load is unknown)"
+    headline = f"Crawlers sent {_percent(crawler_requests)} of {share.total.requests:,} requests {load}"
+    headline += f"; the off-peak hour is {off_peak:02d}:00 UTC" if off_peak is not None else ""
+    if not share.total.requests:
+        headline = "The log has no requests: there is nothing to analyse"
+    sections = [
+        ("Crawlers and humans", _share_table(share)),
+        ("Requests per hour of the day (UTC)", _hours_chart(profile)),
+        ("Crawler families", _families(profile)),
+        (
+            f"Top {top} user agents by {'server time' if share.has_time else 'requests'}",
+            _agents(share, classifier, top),
+        ),
+    ]
+    return page("Access-log analysis: crawlers and humans", headline, sections)
 
-    hours = {kind: [(float(hour), float(count)) for hour, count in enumerate(counts)]
-             for kind, counts in profile.by_hour.items()}  # fmt: skip
-    families = {
-        family: len(pages) for family, pages in sorted(profile.pages_by_family.items(), key=lambda i: -len(i[1]))
+
+def _percent(share: float) -> str:
+    return f"{100 * share:.1f} %" if share < 0.995 else f"{100 * share:.2f} %"
+
+
+def _share_table(share: ShareReport) -> str:
+    header = ["class", "requests", "share of requests"]
+    header += ["server time (s)", "share of time"] if share.has_time else []
+    rows = []
+    for kind in ("crawler", "human"):
+        tally = share.by_kind.get(kind, Tally())
+        row = [kind, f"{tally.requests:,}", _percent(share.share(kind, "requests"))]
+        row += [f"{tally.time_s:,.1f}", _percent(share.share(kind, "time"))] if share.has_time else []
+        rows.append(row)
+    return table(header, rows)
+
+
+def _hours_chart(profile: TraceProfile) -> str:
+    covered = profile.hours_with_data()
+    off_peak = profile.off_peak_hour
+    series: dict[str, list[float | None]] = {
+        f"{kind}s": [
+            profile.by_hour[kind][hour] / len(profile.hour_days[hour]) if hour in covered else None
+            for hour in range(24)
+        ]
+        for kind in ("human", "crawler")
     }
-    text = format_profile(profile, classifier, top).replace("&", "&amp;").replace("<", "&lt;")
-    return html_page(
-        "crawlergate analyze",
-        [
-            ("Requests per hour of the day", line_chart(hours, x_label="hour", y_label="requests")),
-            ("Distinct URLs reached per crawler family", bar_chart(dict(list(families.items())[:8]), y_label="URLs")),
-            ("Summary", f"<pre>{text}</pre>"),
-        ],
+    markers = [Marker(off_peak, f"off-peak {off_peak:02d}:00")] if off_peak is not None else []
+    chart = line_chart(
+        list(range(24)), series, x_label="hour of the day (UTC)", y_label="requests a day", x_axis="hour",
+        x_markers=markers, colors=[PALETTE[1], PALETTE[0]], points=True,
+        empty_note="The log has no requests, so there is no daily pattern to show.",
+    )  # fmt: skip
+    explain = "Requests in each hour, on average over the days the log covers that hour"
+    if off_peak is not None:
+        explain += f"; the off-peak hour ({off_peak:02d}:00) has the fewest human requests, for regeneration"
+    return paragraph(explain + ".") + chart
+
+
+def _families(profile: TraceProfile) -> str:
+    if not profile.pages_by_family:
+        return note("No crawler requests in this log.")
+    ranked = sorted(profile.pages_by_family.items(), key=lambda item: -len(item[1]))
+    total = len(profile.pages_all)
+    intro = paragraph(
+        f"Crawlers reached {len(profile.pages_crawled):,} of {total:,} distinct URLs ({_percent(profile.breadth())})."
     )
+    if len(ranked) > 1:
+        intro += bar_chart({family: len(pages) for family, pages in ranked[:10]}, value_label="distinct URLs reached")
+    rows = []
+    for family, pages in ranked:
+        gaps = profile.arrivals[family].summary()
+        rows.append([
+            family, f"{len(pages):,}", _percent(len(pages) / total if total else 0.0), f"{gaps['mean_s']:,.2f}",
+            f"{gaps['median_s']:,.2f}", f"{gaps['cv']:.2f}",
+        ])  # fmt: skip
+    header = ["family", "URLs", "breadth", "mean gap (s)", "median gap (s)", "CV of gaps"]
+    return intro + table(header, rows) + paragraph("CV of the gaps: near 0 for a steady sweep, 1 for random arrivals.")
+
+
+def _agents(share: ShareReport, classifier: Classifier, top: int) -> str:
+    if not share.by_user_agent:
+        return note("No requests in this log.")
+    rows = []
+    for user_agent, tally in share.top_user_agents(top):
+        row = [classifier.classify(user_agent).kind, f"{tally.requests:,}"]
+        row += [f"{tally.time_s:,.1f}"] if share.has_time else []
+        rows.append([*row, user_agent or "(empty)"])
+    header = ["class", "requests", *(["time (s)"] if share.has_time else []), "user agent"]
+    return table(header, rows, text_columns=(0, len(header) - 1))

@@ -21,7 +21,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from html import escape as html_escape
 from ssl import SSLContext
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
@@ -303,7 +302,7 @@ def format_summary(results: Sequence[ReplayResult]) -> str:
     row("throughput (requests/s)", [f"{s['throughput_rps']:,.1f}" for s in summaries])
     for kind in ("crawler", "human"):
         for stat in ("p50", "p99", "mean"):
-            row(f"{kind} TTFB {stat} (ms)", [_ms(s[kind], stat) for s in summaries])
+            row(f"{kind} TTFB {stat} (ms)", [ms_or_na(s[kind], stat) for s in summaries])
         row(f"{kind} outcomes", [_outcomes(s[kind]["outcomes"]) for s in summaries])
         row(f"{kind} statuses", [_outcomes(s[kind]["statuses"]) for s in summaries])
         if any(s[kind]["errors"] for s in summaries):
@@ -327,8 +326,8 @@ def time_change(before_ms: float, after_ms: float) -> str:
     if abs(before_ms - after_ms) < 0.005 * max(before_ms, after_ms):
         return "as fast"
     if after_ms < before_ms:
-        return f"{_times(before_ms / after_ms)} faster"
-    return f"{_times(after_ms / before_ms)} slower"
+        return f"{factor_words(before_ms / after_ms)} faster"
+    return f"{factor_words(after_ms / before_ms)} slower"
 
 
 def rate_change(before: float, after: float) -> str:
@@ -336,11 +335,11 @@ def rate_change(before: float, after: float) -> str:
     if before <= 0 or after <= 0:
         return "n/a (no requests)"
     if after >= before:
-        return f"{_times(after / before)} more requests/s"
-    return f"{_times(before / after)} fewer requests/s"
+        return f"{factor_words(after / before)} more requests/s"
+    return f"{factor_words(before / after)} fewer requests/s"
 
 
-def _times(factor: float) -> str:
+def factor_words(factor: float) -> str:
     return f"{factor:,.0f}×" if factor >= 10 else f"{factor:,.2f}×"
 
 
@@ -357,52 +356,7 @@ def comparison(results: Sequence[ReplayResult]) -> dict[str, Any]:
     return {"first": first, "second": second, "ratios": ratios}
 
 
-def report_html(results: Sequence[ReplayResult]) -> str:
-    from crawlergate.tools.plot import bar_chart, html_page, html_table, line_chart
-
-    sections = [("Summary", "<pre>" + format_summary(results).replace("<", "&lt;") + "</pre>")]
-    if len(results) > 1:
-        every = {
-            f"{kind} #{number}": _cdf(result, kind)
-            for number, result in enumerate(results, start=1)
-            for kind in ("crawler", "human")
-        }
-        legend = ", ".join(f"#{number}: {result.label or result.target}" for number, result in enumerate(results, 1))
-        chart = line_chart(every, x_label="TTFB (ms)", y_label="share of requests", log_x=True, y_percent=True)
-        sections.append(("TTFB distribution, all runs", chart + f"<p>{html_escape(legend)}</p>"))
-    for result in results:
-        cdf = {kind: _cdf(result, kind) for kind in ("crawler", "human")}
-        summary = result.summary()
-        outcomes = Counter(sample.outcome for sample in result.samples)
-        rows = [[kind, summary[kind]["count"], *summary[kind]["ttfb_ms"].values()] for kind in ("crawler", "human")]
-        sections += [
-            (
-                f"TTFB distribution — {result.target}",
-                line_chart(cdf, x_label="TTFB (ms)", y_label="share of requests", log_x=True, y_percent=True),
-            ),
-            (
-                f"Throughput over time — {result.target}",
-                line_chart({"requests/s": result.throughput_over_time()}, x_label="seconds", y_label="requests/s"),
-            ),
-            (
-                f"Outcomes — {result.label or result.target}",
-                bar_chart(dict(outcomes.most_common()), y_label="requests"),
-            ),
-            (
-                f"TTFB (ms) — {result.label or result.target}",
-                html_table(["class", "count", "p50", "p90", "p99", "mean"], rows),
-            ),
-        ]
-    return html_page("crawlergate replay", sections)
-
-
-def _cdf(result: ReplayResult, kind: str) -> list[tuple[float, float]]:
-    values = sorted(sample.ttfb_ms for sample in result.samples if sample.kind == kind)
-    step = max(1, len(values) // 200)
-    return [(max(value, 0.01), (index + 1) / len(values)) for index, value in enumerate(values)][::step]
-
-
-def _ms(summary: dict[str, Any], stat: str) -> str:
+def ms_or_na(summary: dict[str, Any], stat: str) -> str:
     # No answered request of the class (all failed, or none in the log): no time to show.
     return f"{summary['ttfb_ms'][stat]:,.2f}" if summary["count"] else "n/a"
 

@@ -653,7 +653,7 @@ def format_report(report: SimulationReport, policies: Sequence[str]) -> str:
     ]
     if trace.sizes_assumed_bytes:
         lines.append(
-            f"the log records no response sizes: every page is taken as {_size(trace.sizes_assumed_bytes)} "
+            f"the log records no response sizes: every page is taken as {size_text(trace.sizes_assumed_bytes)} "
             "(the paper's average gzip page), so the sizes below are in those units"
         )
     lines += [
@@ -661,8 +661,8 @@ def format_report(report: SimulationReport, policies: Sequence[str]) -> str:
         f"{'L1 size':>10}" + "".join(f"{policy:>11}" for policy in policies),
     ]
     for size in dict.fromkeys(result.size_bytes for result in report.results):
-        cells = [_ratio(report, result) for result in report.results if result.size_bytes == size]
-        lines.append(f"{_size(size):>10}" + "".join(f"{cell:>11}" for cell in cells))
+        cells = [ratio_text(report, result) for result in report.results if result.size_bytes == size]
+        lines.append(f"{size_text(size):>10}" + "".join(f"{cell:>11}" for cell in cells))
     if trace.days < 2 and "static" in policies:
         lines += ["", "static: n/a (it fills each day with the day before's top pages, and this log has one day)"]
     if not report.caching_helps:
@@ -673,34 +673,12 @@ def format_report(report: SimulationReport, policies: Sequence[str]) -> str:
         ]
     elif report.recommended_l1_bytes is not None:
         knee_of = f"the knee of the {report.basis} curve"
-        lines += ["", f"recommended L1 size: {_size(report.recommended_l1_bytes)} ({knee_of})"]
+        lines += ["", f"recommended L1 size: {size_text(report.recommended_l1_bytes)} ({knee_of})"]
     return "\n".join(lines)
 
 
-def _ratio(report: SimulationReport, result: PolicyResult) -> str:
+def ratio_text(report: SimulationReport, result: PolicyResult) -> str:
     return f"{result.hit_ratio:.2%}" if report.result_applies(result) else "n/a"
-
-
-def report_html(report: SimulationReport, policies: Sequence[str]) -> str:
-    from crawlergate.tools.plot import html_page, html_table, line_chart
-
-    series = {
-        policy: [(float(r.size_bytes), r.hit_ratio) for r in report.curve if r.policy == policy] for policy in policies
-    }
-    rows = []
-    for size in dict.fromkeys(result.size_bytes for result in report.results):
-        rows.append([_size(size), *(_ratio(report, r) for r in report.results if r.size_bytes == size)])
-    recommended = _size(report.recommended_l1_bytes) if report.recommended_l1_bytes and report.caching_helps else "n/a"
-    return html_page(
-        "crawlergate simulate",
-        [
-            (
-                "Crawler hit ratio by L1 size",
-                line_chart(series, x_label="L1 size (bytes)", y_label="crawler hit ratio", log_x=True, y_percent=True),
-            ),
-            ("Table", html_table(["L1 size", *policies], rows) + f"<p>Recommended L1 size: {recommended}</p>"),
-        ],
-    )
 
 
 def _result_json(result: PolicyResult, applies: bool = True) -> dict[str, object]:
@@ -715,7 +693,7 @@ def _result_json(result: PolicyResult, applies: bool = True) -> dict[str, object
     }
 
 
-def _size(size: int) -> str:
+def size_text(size: int) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if size >= scale:
             return f"{size / scale:.4g} {unit}"
