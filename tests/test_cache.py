@@ -106,3 +106,23 @@ def test_cache_big_l2_pages_are_shared_while_in_use(tmp_path) -> None:
     del held, renewed
     gc.collect()
     assert len(cache._l2_in_use) == 0  # nobody sends it: nothing kept
+
+
+def test_cache_counts_useful_prefetches_once_and_evictions_per_level(tmp_path: Path) -> None:
+    metrics = Metrics()
+    page_bytes = len(PAGE.to_bytes())
+    # L1 holds one page; L2 two pages' worth of disk blocks.
+    cache = TwoLevelCache(MemoryStore(page_bytes + 150), DiskStore(tmp_path, max_bytes=2 * 4096), metrics)
+    cache.start()
+    other = CacheKey("/t/2", digest_of("/t/2"))
+    cache.l2.set(KEY.digest, PAGE.to_bytes())
+    assert cache.prefetch(KEY)  # a person's view copies the page into L1
+    assert (
+        cache.lookup_l1(KEY) is not None and cache.lookup_l1(KEY) is not None
+    )  # two crawler hits: one useful prefetch
+    cache.store(other, PAGE)  # L1 holds one page: KEY goes
+    third = CacheKey("/t/3", digest_of("/t/3"))
+    cache.store(third, PAGE)  # L2 holds two pages: the least recently served goes
+    totals = metrics.snapshot()
+    assert totals["prefetches"] == {"issued": 1, "useful": 1}
+    assert totals["evictions"] == {"l1": 2, "l2": 1}
