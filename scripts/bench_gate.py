@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import random
 import shutil
 import statistics
@@ -136,11 +137,18 @@ def serve(name: str, port: int, cache_dir: str, memcached: str) -> None:
     )
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (/proc/PID/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--cases", help="only these cases, comma-separated (default: all)")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--cache-dir", help=argparse.SUPPRESS)
@@ -168,24 +176,33 @@ def main() -> int:
         processes.append(subprocess.Popen(["memcached", "-l", "127.0.0.1", "-p", str(port), "-m", "64", "-u", "root"]))
         wait_for(port)
         cases.insert(2, ("gate-mc", GOOGLEBOT))
+    if args.cases:
+        cases = [case for case in cases if case[0] in args.cases.split(",")]
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in cases}
     try:
         with tempfile.TemporaryDirectory() as cache_dir:
             ports = {}
+            servers: dict[str, subprocess.Popen[bytes]] = {}
             for name, _ in cases:
                 ports[name] = free_port()
                 command = [
                     sys.executable, __file__, "--serve", name, "--port", str(ports[name]),
                     "--cache-dir", str(Path(cache_dir) / name), "--memcached", memcached,
                 ]  # fmt: skip
-                processes.append(subprocess.Popen(command))
+                servers[name] = subprocess.Popen(command)
+                processes.append(servers[name])
             for name, user_agent in cases:
                 wait_for(ports[name])
                 run_wrk(f"http://127.0.0.1:{ports[name]}/t/1", user_agent, 1, 4)  # warm: fills the cache, opens pools
             for round_number in range(args.rounds):
                 for name, user_agent in cases:
                     url = f"http://127.0.0.1:{ports[name]}/t/1"
-                    results[name].append(run_wrk(url, user_agent, args.seconds, args.connections))
+                    cpu_before = _cpu_seconds(servers[name].pid)
+                    figures = run_wrk(url, user_agent, args.seconds, args.connections)
+                    # The server's own CPU per request: steadier than throughput, which wrk shares the machine with.
+                    cpu = _cpu_seconds(servers[name].pid) - cpu_before
+                    figures["cpu_us"] = cpu * 1e6 / max(figures["rps"] * args.seconds, 1)
+                    results[name].append(figures)
                 print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
     finally:
         for process in processes:
@@ -193,20 +210,29 @@ def main() -> int:
             process.wait(timeout=10)
 
     print(f"\nwrk, {args.connections} connections, {args.seconds} s x {args.rounds} rounds, medians")
-    print(f"{'case':<16}{'requests/s':>14}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}")
+    print(f"{'case':<16}{'requests/s':>14}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}{'CPU µs/req':>12}")
     median = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for name, runs in results.items()}
     for name, figures in median.items():
         print(
             f"{name:<16}{figures['rps']:>14,.0f}{figures['p50_ms']:>10.2f}{figures['p99_ms']:>10.2f}{figures['errors']:>10.0f}"
+            f"{figures['cpu_us']:>12.1f}"
         )
     print()
-    print(f"crawler L1 hit vs bare endpoint: {median['gate']['rps'] / median['bare']['rps']:.1%} of throughput")
-    measured, unmeasured = median["gate-measured"]["rps"], median["gate-unmeasured"]["rps"]
-    print(f"crawler L1 hit, counters shared and access log on vs nothing counted: {measured / unmeasured:.1%}")
-    if "gate-mc" in median:
-        print(f"crawler L1 hit (memcached) vs bare: {median['gate-mc']['rps'] / median['bare']['rps']:.1%}")
-    print(f"human pass-through vs site: {median['gate-2ms']['rps'] / median['site-2ms']['rps']:.1%} of throughput, "
-          f"p50 {median['gate-2ms']['p50_ms'] - median['site-2ms']['p50_ms']:+.2f} ms")  # fmt: skip
+
+    def ratio(top: str, bottom: str) -> str:
+        return f"{median[top]['rps'] / median[bottom]['rps']:.1%}" if top in median and bottom in median else "n/a"
+
+    print(f"crawler L1 hit vs bare endpoint: {ratio('gate', 'bare')} of throughput")
+    print(f"crawler L1 hit, counters shared and access log on vs nothing counted: "
+          f"{ratio('gate-measured', 'gate-unmeasured')}")  # fmt: skip
+    if "gate-measured" in median and "gate-unmeasured" in median:
+        extra = median["gate-measured"]["cpu_us"] - median["gate-unmeasured"]["cpu_us"]
+        print(f"  CPU of counting and logging: {extra:+.1f} µs a request "
+              f"({extra / median['gate-unmeasured']['cpu_us']:+.1%})")  # fmt: skip
+    print(f"crawler L1 hit (memcached) vs bare: {ratio('gate-mc', 'bare')}")
+    if "gate-2ms" in median and "site-2ms" in median:
+        print(f"human pass-through vs site: {ratio('gate-2ms', 'site-2ms')} of throughput, "
+              f"p50 {median['gate-2ms']['p50_ms'] - median['site-2ms']['p50_ms']:+.2f} ms")  # fmt: skip
     return 0
 
 
