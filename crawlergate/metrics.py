@@ -265,14 +265,9 @@ class Metrics:
         self._plans[(kind, outcome, family, tag)] = plan
         return plan
 
-    def record_since(
-        self, kind: str, outcome: str, started: float, family: str = "", tag: str = "", saved_ms: float = 0.0
-    ) -> None:
-        """``record`` with the TTFB measured from ``started``, a ``time.perf_counter()`` reading."""
-        self.record(kind, outcome, (time.perf_counter() - started) * 1000, family, tag, saved_ms)
-
     def record_for(self, verdict: Classified, outcome: str, started: float, saved_ms: float = 0.0) -> float:
-        """``record_since`` for a classified request: its class, and a crawler's family; returns the TTFB (ms)."""
+        """``record`` a classified request (its class, and a crawler's family) with the TTFB measured from
+        ``started``, a ``time.perf_counter()`` reading; returns the TTFB (ms)."""
         elapsed_ms = (time.perf_counter() - started) * 1000
         self.record(verdict.kind, outcome, elapsed_ms, verdict.family, verdict.tag, saved_ms)
         return elapsed_ms

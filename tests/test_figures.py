@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from crawlergate import CrawlerGateMiddleware, CrawlerGateWSGI, create_app
 from crawlergate.classify import Classifier
 from crawlergate.cli import main
-from crawlergate.config import L2Settings, LogSettings, ServerSettings, Settings
+from crawlergate.config import L2Settings, LogSettings, RegenerateSettings, ServerSettings, Settings
 from crawlergate.demo.forum import create_forum
 from crawlergate.gate.accesslog import AccessLog
 from crawlergate.gate.forwarded import TrustedProxies
@@ -211,3 +211,20 @@ def test_dashboard_in_chromium_shows_the_traffic_sent(forum: ServerThread, tmp_p
         assert len(driver.find_elements("css selector", ".chart .uplot")) == 4
         assert not has_horizontal_scroll(driver)
         screenshot(driver, "dashboard")
+
+
+@pytest.mark.anyio
+async def test_asgi_gate_without_lifespan_writes_its_access_log(tmp_path: Path) -> None:
+    """Django's ASGI app runs no lifespan, and with regeneration off nothing else starts the gate's parts."""
+    settings = Settings(
+        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
+        log=LogSettings(access_log=str(tmp_path / "asgi.log")),
+        regenerate=RegenerateSettings(enabled=False),
+    )
+    gate = CrawlerGateMiddleware(create_forum(tmp_path / "f.sqlite3", threads=3, work_ms=0), settings=settings)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://forum.test") as client:
+        await client.get("/showthread.php?t=1", headers={"user-agent": GOOGLEBOT})
+    assert gate.access_log is not None
+    gate.access_log.close()
+    (line,) = (tmp_path / "asgi.log").read_text().splitlines()
+    assert '"GET /showthread.php?t=1 HTTP/1.1" 200' in line and line.endswith(" miss")

@@ -105,6 +105,8 @@ class CrawlerGateMiddleware:
         """Start the off-peak job on the running loop (at startup, or at the first request of an app without a
         lifespan, such as Django's)."""
         self._scheduling = True
+        if self.access_log is not None:
+            self.access_log.start()  # an app without a lifespan (Django's) starts it here
         if self.settings.regenerate.enabled:
             self.start()
             self._scheduler = start_async_scheduler(self.regeneration)
