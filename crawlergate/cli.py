@@ -153,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Fetch a running gate's /_crawlergate/stats and show requests, hit ratios and TTFB per class.",
     )
     stats.add_argument("--url", required=True, help="the gate's base URL, e.g. http://127.0.0.1:8080")
-    stats.add_argument("--token", default=os.environ.get("CRAWLERGATE_ADMIN_TOKEN", ""), help="admin bearer token")
+    stats.add_argument("--token", default=os.environ.get("CRAWLERGATE_ADMIN_TOKEN", ""), help=_TOKEN_HELP)
     stats.add_argument(
         "--watch",
         type=_positive_float,
@@ -231,10 +231,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     invalidate.add_argument("urls", nargs="*", metavar="URL", help="a page, as /path?query or a full URL")
     invalidate.add_argument(
-        "--pattern", action="append", default=[], help="pages whose /path?query matches; * is any run (repeatable)"
+        "--pattern",
+        action="append",
+        default=[],
+        help="pages whose /path?query matches; * is any run (repeatable; default: none)",
     )
     invalidate.add_argument("--url", dest="gate", required=True, help="the gate's base URL, e.g. http://127.0.0.1:8080")
-    invalidate.add_argument("--token", default=os.environ.get("CRAWLERGATE_ADMIN_TOKEN", ""), help="admin bearer token")
+    invalidate.add_argument("--token", default=os.environ.get("CRAWLERGATE_ADMIN_TOKEN", ""), help=_TOKEN_HELP)
     invalidate.add_argument("--prefix", default="/_crawlergate", help="the admin prefix (admin.prefix)")
     invalidate.set_defaults(handler=_run_invalidate)
 
@@ -290,13 +293,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Says where the token comes from without showing it (help text is pasted into tickets and chats).
+_TOKEN_HELP = "admin bearer token (default: the environment variable CRAWLERGATE_ADMIN_TOKEN)"
+
+
 class DefaultsShown(argparse.HelpFormatter):
     """Help that shows each option's default, unless its text already says it (settings flags name the setting
     and its default, since their value comes from the settings when the flag is not given)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if not action.option_strings or "default" in text or action.default in (None, False, argparse.SUPPRESS):
+        default = action.default
+        if not action.option_strings or "default" in text or default in (None, False, "", [], (), argparse.SUPPRESS):
             return text
         return f"{text} (default: %(default)s)"
 
@@ -337,7 +345,8 @@ def _add_site_flags(parser: argparse.ArgumentParser) -> None:
         "--site",
         action="append",
         metavar="PROFILE",
-        help="a site profile from rules/sites/ (trac, django, mediawiki, wordpress, phpbb, discourse; repeatable; "
+        help="a site profile from rules/sites/ (trac, django, mediawiki, wordpress, phpbb, discourse, demo-forum; "
+        "repeatable; "
         "cache.sites, default none)",
     )
 
@@ -661,7 +670,7 @@ def _format_stats(data: dict[str, Any]) -> str:
     lines += [
         f"crawler share: {share.get('requests', 0):.1%} of requests, {share.get('origin_time', 0):.1%} of origin time; "
         f"origin time saved by hits {data.get('origin_time_saved_s', 0):,.1f} s",
-        f"origin: {origin.get('requests', 0):,} fetches ({origin.get('errors', 0):,} errors), "
+        f"origin: {origin.get('requests', 0):,} guest fills ({origin.get('errors', 0):,} errors), "
         f"p50 {origin.get('ttfb_ms', {}).get('p50', 0):,.2f} ms; origin time for crawlers "
         f"{origin_s.get('crawler', 0):,.1f} s, for humans {origin_s.get('human', 0):,.1f} s",
         f"L1 {l1.get('backend', '?')}{l1_fill}; L2 {l2.get('pages', 0):,} pages, {l2.get('bytes', 0) / 1e6:.1f} MB; "

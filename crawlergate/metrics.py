@@ -218,7 +218,7 @@ class Metrics:
         self._origin_time_slots = {kind: counters.slot(f"origin_us|{kind}") for kind in CLASSES}
         self._origin = _HistogramSlots(counters, "origin")
         # (class, outcome, family, tag) -> the slots such a request counts into; bounded by the rules' families.
-        self._plans: dict[tuple[str, str, str, str], tuple[int, int, int, int, int, int]] = {}
+        self._plans: dict[tuple[str, str, str, str], tuple[int, int, int, int, int]] = {}
         self._saved_slot = counters.slot("saved_us")
 
     def record(
@@ -227,12 +227,12 @@ class Metrics:
         """Count one answered request; called once per request, after its first body byte.
 
         ``family`` and ``tag`` name a crawler's family; ``saved_ms`` is the origin time a hit spared (the
-        stored page's generation time). A pass's time is the origin's time for it.
+        stored page's generation time).
         """
         plan = self._plans.get((kind, outcome, family, tag))
         if plan is None:
             plan = self._plan(kind, outcome, family, tag)
-        request_slot, family_slot, first_bucket, sum_slot, max_slot, origin_slot = plan
+        request_slot, family_slot, first_bucket, sum_slot, max_slot = plan
         micros = int(ttfb_ms * 1000)
         bucket = int(math.log(ttfb_ms / _BUCKET_BASE_MS) / _LOG_GROWTH) + 1 if ttfb_ms > _BUCKET_BASE_MS else 0
         if bucket >= _BUCKETS:
@@ -246,12 +246,10 @@ class Metrics:
                 values[max_slot] = micros
             if family_slot >= 0:
                 values[family_slot] += 1
-            if origin_slot >= 0:
-                values[origin_slot] += micros
             if saved_ms:
                 values[self._saved_slot] += int(saved_ms * 1000)
 
-    def _plan(self, kind: str, outcome: str, family: str, tag: str) -> tuple[int, int, int, int, int, int]:
+    def _plan(self, kind: str, outcome: str, family: str, tag: str) -> tuple[int, int, int, int, int]:
         """The slots one kind of request counts into, worked out once (the request path only adds)."""
         histogram = self._ttfb_slots[kind]
         plan = (
@@ -260,7 +258,6 @@ class Metrics:
             histogram.first,
             histogram.sum,
             histogram.max,
-            self._origin_time_slots[kind] if outcome == "pass" else -1,
         )
         self._plans[(kind, outcome, family, tag)] = plan
         return plan
@@ -271,6 +268,11 @@ class Metrics:
         elapsed_ms = (time.perf_counter() - started) * 1000
         self.record(verdict.kind, outcome, elapsed_ms, verdict.family, verdict.tag, saved_ms)
         return elapsed_ms
+
+    def add_origin_time(self, kind: str, ms: float) -> None:
+        """Count the site's time answering a request passed to it, to its last body byte (as fills are timed)."""
+        with self._lock:
+            self._values[self._origin_time_slots[kind]] += int(ms * 1000)
 
     def record_origin(self, ms: float) -> None:
         """Count one guest sub-request (a fill, for a crawler or a regeneration) and its time to the whole answer."""

@@ -37,15 +37,23 @@ DIRTY_INDEX_FILE = "dirty.sqlite3"
 ACCESS_LOG_FILE = "access.log"
 
 
-def build_access_log(core: GateCore, *, standalone: bool) -> AccessLog | None:
-    """The access log: at ``log.access_log``, or beside L2 for ``serve`` (``standalone``); None when off (the
-    middlewares' default)."""
-    settings = core.settings
+def access_log_path(settings: Settings, *, standalone: bool) -> Path | None:
+    """Where the access log goes: ``log.access_log``, or beside L2 for ``serve`` (``standalone``); None when off
+    (the middlewares' default)."""
     configured = settings.log.access_log
     if configured == "off" or (not configured and not standalone):
         return None
+    return Path(configured) if configured else settings.cache_dir / ACCESS_LOG_FILE
+
+
+def build_access_log(core: GateCore, *, standalone: bool) -> AccessLog | None:
+    """The access log of a gate, or None when it is off."""
+    settings = core.settings
+    path = access_log_path(settings, standalone=standalone)
+    if path is None:
+        return None
     return AccessLog(
-        Path(configured) if configured else settings.cache_dir / ACCESS_LOG_FILE,
+        path,
         client_of=core.client_address,
         max_bytes=settings.log.access_max_bytes,
         backups=settings.log.access_backups,

@@ -54,6 +54,7 @@ def test_admin_dashboard_page_and_assets_follow_the_admin_rules() -> None:
     for path in ("/_crawlergate/", "/_crawlergate/series", "/_crawlergate/static/dashboard.js"):
         assert admin.respond(path, "GET", "203.0.113.9", [])[0] == 403
     assert admin.respond("/_crawlergate/series", "POST", "127.0.0.1", [])[0] == 405
+    assert admin.respond("/_crawlergate/static/dashboard.js", "DELETE", "127.0.0.1", [])[0] == 405
 
 
 def test_admin_series_keeps_what_changed_in_each_interval() -> None:
@@ -69,6 +70,8 @@ def test_admin_series_keeps_what_changed_in_each_interval() -> None:
     metrics.record("crawler", "l2-hit", 2.0)
     metrics.record("crawler", "miss", 90.0)
     metrics.record("human", "pass", 50.0)
+    metrics.add_origin_time("human", 60.0)
+    metrics.record_origin(20.0)  # a fill: the site's time for crawlers
     clock[0] = 1.0
     assert series() == []  # too soon for a new point
     clock[0] = 4.0
@@ -76,6 +79,6 @@ def test_admin_series_keeps_what_changed_in_each_interval() -> None:
     assert point["seconds"] == 4.0 and point["crawler"]["requests"] == 3 and point["crawler"]["lookups"] == 3
     assert (point["crawler"]["l1_hits"], point["crawler"]["l2_hits"], point["human"]["requests"]) == (1, 1, 1)
     assert point["crawler"]["ttfb_ms"]["p99"] == pytest.approx(90.0, rel=0.05)  # not the 100 ms before the interval
-    assert point["crawler_origin_share"] == 0.0 and point["human"]["ttfb_ms"]["p50"] == pytest.approx(50.0, rel=0.05)
+    assert point["crawler_origin_share"] == 0.25 and point["human"]["ttfb_ms"]["p50"] == pytest.approx(50.0, rel=0.05)
     clock[0] = 7.0
     assert series()[-1]["crawler"] == {"requests": 0, "l1_hits": 0, "l2_hits": 0, "lookups": 0, "ttfb_ms": None}

@@ -107,3 +107,13 @@ def test_cli_help_of_every_command_shows_each_options_default() -> None:
         if "default" not in text and not writes_a_file:
             undocumented.append(f"{name} {action.option_strings[0]}")
     assert undocumented == []
+
+
+def test_cli_help_never_shows_the_admin_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crawlergate.cli import _parser
+
+    monkeypatch.setenv("CRAWLERGATE_ADMIN_TOKEN", "s3cret-token")
+    for command in ("stats", "invalidate"):
+        parser = _parser()
+        subparsers = next(action for action in parser._actions if action.dest == "command")
+        assert "s3cret" not in subparsers.choices[command].format_help()  # type: ignore[attr-defined]

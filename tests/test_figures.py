@@ -18,7 +18,7 @@ from crawlergate.classify import Classifier
 from crawlergate.cli import main
 from crawlergate.config import L2Settings, LogSettings, RegenerateSettings, ServerSettings, Settings
 from crawlergate.demo.forum import create_forum
-from crawlergate.gate.accesslog import AccessLog
+from crawlergate.gate.accesslog import MAX_FIELD_BYTES, AccessLog
 from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.tools.analyze import crawler_share
 from crawlergate.tools.logparse import iter_records
@@ -228,3 +228,27 @@ async def test_asgi_gate_without_lifespan_writes_its_access_log(tmp_path: Path) 
     gate.access_log.close()
     (line,) = (tmp_path / "asgi.log").read_text().splitlines()
     assert '"GET /showthread.php?t=1 HTTP/1.1" 200' in line and line.endswith(" miss")
+
+
+def test_access_log_lines_stay_one_bounded_line_whatever_the_request_carries(tmp_path: Path) -> None:
+    log = AccessLog(tmp_path / "access.log", client_of=TrustedProxies(["127.0.0.1"]).client)
+    forged = b'6.6.6.6 - - [01/Jan/2020:00:00:00 +0000] "GET /forged HTTP/1.1" 200 1 "-" "Googlebot/2.1" 1 miss'
+    scope = {
+        "method": "GET",
+        "path": "/",
+        "raw_path": b"/" + b"a" * 10_000,
+        "query_string": b"",
+        "headers": [(b"user-agent", b"\xff" * 60_000), (b"referer", b'"\\'), (b"x-forwarded-for", forged)],
+        "client": ("127.0.0.1", 5000),
+        "http_version": "1.1",
+    }
+    log.start()
+    log.log(scope, 200, 1, 1.0, "miss")
+    log.close()
+    (line,) = (tmp_path / "access.log").read_bytes().splitlines()
+    assert len(line) < 3 * MAX_FIELD_BYTES + 200
+    client = line.split(b" ", 1)[0]
+    assert client.startswith(b"6.6.6.6\\x20-\\x20-") and b'"' not in client  # one field, not a forged line
+    assert line.endswith(b'..." 1000 miss') and b'"\\x22\\x5C"' in line
+    (record,) = iter_records(tmp_path / "access.log")
+    assert record.status == 200 and record.target.startswith("/aaa")

@@ -47,6 +47,7 @@ def test_metrics_shared_folder_sums_processes_and_takes_the_largest_maximum(tmp_
     first.record("crawler", "l1-hit", 2.0, family="Googlebot", tag="search", saved_ms=40.0)
     second.record("crawler", "miss", 9.0, family="Googlebot", tag="search")
     second.record("human", "pass", 30.0)
+    second.add_origin_time("human", 30.0)
     second.record_origin(25.0)
     for metrics in (first, second):
         data = metrics.snapshot()

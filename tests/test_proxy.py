@@ -230,6 +230,7 @@ def test_serve_subprocess_start_serve_sigterm(forum: ServerThread, tmp_path: Pat
             process.kill()
             process.communicate()
     assert f"listening on http://127.0.0.1:{port} for {forum.url}" in startup
+    assert f"access log {cache_dir / 'access.log'}" in startup
     assert "Traceback" not in startup
     assert "stopped on SIGTERM" in startup
     assert not [path for path in cache_dir.rglob("*") if path.name.startswith(".tmp-")]
@@ -252,6 +253,17 @@ def test_serve_bad_start_is_one_line(argv: list[str], message: str, capsys: pyte
     assert message in err and "Traceback" not in err
 
 
+def test_serve_refuses_an_access_log_it_cannot_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from crawlergate.cli import main
+
+    config = tmp_path / "gate.toml"
+    config.write_text('[log]\naccess_log = "/proc/nope/access.log"\n')
+    argv = ["serve", "--origin", "http://x", "--port", str(free_port()), "--cache-dir", str(tmp_path / "l2")]
+    assert main([*argv, "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "Access log '/proc/nope/access.log' cannot be written" in err and "Traceback" not in err
+
+
 def test_serve_port_in_use(forum: ServerThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from crawlergate.cli import main
 
@@ -267,7 +279,7 @@ def test_cli_stats_of_a_running_gate(forum_proxy: ServerThread, capsys: pytest.C
     httpx.get(f"{forum_proxy.url}/showthread.php?t=2", headers=GOOGLEBOT)
     assert main(["stats", "--url", forum_proxy.url]) == 0
     out = capsys.readouterr().out
-    assert "crawler" in out and "50.0%" in out and "origin: 1 fetches" in out
+    assert "crawler" in out and "50.0%" in out and "origin: 1 guest fills" in out
     assert main(["stats", "--url", forum_proxy.url, "--json"]) == 0
     assert '"l1_hits": 1' in capsys.readouterr().out
 

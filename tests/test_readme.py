@@ -14,8 +14,8 @@ README = Path(__file__).parent.parent / "README.md"
 
 
 def _command_lines() -> list[str]:
-    """Commands in the README's sh blocks and in inline code with flags; a synopsis counts without its [optional] parts (lines left with
-    ``a | b`` choices are skipped)."""
+    """Commands in the README's sh blocks and in inline code with flags; a synopsis counts without its
+    [optional] parts (lines left with ``a | b`` choices are skipped)."""
     text = README.read_text(encoding="utf-8")
     lines, joined = [], ""
     blocks = re.findall(r"```sh\n(.*?)```", text, re.DOTALL) + re.findall(r"`(crawlergate [^`\n]* --[^`\n]+)`", text)

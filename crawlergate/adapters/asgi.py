@@ -254,9 +254,10 @@ class CrawlerGateMiddleware:
             elif message["type"] == "http.response.body":
                 if ttfb_ms < 0:
                     ttfb_ms = self.metrics.record_for(verdict, "pass", started)
-                if access_log is not None:
-                    sent += len(message.get("body", b""))
-                    if not message.get("more_body", False):
+                sent += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    self.metrics.add_origin_time(verdict.kind, (time.perf_counter() - started) * 1000)
+                    if access_log is not None:
                         access_log.log(scope, status, sent, ttfb_ms, "pass")
             await send(message)
 

@@ -29,7 +29,7 @@ from crawlergate.config import Settings
 from crawlergate.errors import ConfigError
 from crawlergate.metrics import Metrics, clear_shared
 from crawlergate.regenerate.schedule import check_window
-from crawlergate.wiring import build_cache
+from crawlergate.wiring import access_log_path, build_cache
 
 # Seconds uvicorn lets in-flight requests finish after SIGTERM before it closes them.
 GRACEFUL_SHUTDOWN_S = 30
@@ -50,6 +50,9 @@ def run_proxy(settings: Settings) -> int:
     pages, size = len(cache.l2), cache.l2.used_bytes
     cache.close()
     _check_port(server.host, server.port)
+    log_path = access_log_path(settings, standalone=True)
+    if log_path is not None:
+        _check_writable(log_path)
     with _shared_metrics(settings) as settings:
         return _serve(settings, pages, size)
 
@@ -82,7 +85,8 @@ def _serve(settings: Settings, pages: int, size: int) -> int:
     print(
         f"crawlergate serve: listening on http://{server.host}:{server.port} for {server.origin}; "
         f"L1 {l1}; L2 {settings.cache_dir} ({pages:,} pages, {size / 1e6:.1f} MB); "
-        f"{server.workers} worker{'s' if server.workers > 1 else ''}",
+        f"{server.workers} worker{'s' if server.workers > 1 else ''}; "
+        f"access log {access_log_path(settings, standalone=True) or 'off'}",
         file=sys.stderr,
         flush=True,
     )
@@ -129,6 +133,18 @@ def _raise_open_files_limit() -> None:
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
+
+
+def _check_writable(log_path: Path) -> None:
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"Access log '{log_path}' cannot be written: {exc.strerror or exc}. Set log.access_log to "
+            "another file, or to off."
+        ) from None
 
 
 def _check_port(host: str, port: int) -> None:

@@ -225,6 +225,7 @@ class CrawlerGateWSGI:
         body = self.app(environ, start_marked)
 
         def after_close() -> None:
+            self.metrics.add_origin_time(decision.kind, (time.perf_counter() - started) * 1000)
             if decision.key is not None and self.core.should_prefetch(decision, status_code):
                 self._in_background(self.cache.prefetch, decision.key)
             elif method in self.core.writes.methods and 200 <= status_code < 400:

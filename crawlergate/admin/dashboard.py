@@ -2,8 +2,8 @@
 
 The page and its scripts (uPlot, vendored under ``crawlergate/static/uplot``, and ``dashboard.js``)
 are files of the package: nothing is fetched from the internet. ``series`` is the history the
-charts draw: every time it is asked (the page asks every few seconds), at most every
-``SAMPLE_INTERVAL_S``, the answering process reads the summed counters and keeps what changed since
+charts draw: every ``SAMPLE_INTERVAL_S`` a thread of each process (started with the gate, or at a
+``series`` request when it could not run) reads the summed counters and keeps what changed since
 its previous reading: requests, hits per level and TTFB percentiles of the interval. The counters
 are the whole server's (``metrics.shared_dir``), so every worker's history tells the same story.
 
@@ -57,6 +57,26 @@ class Dashboard:
         self._previous: Mapping[str, int] | None = None
         self._sampled_at = float("-inf")
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._sampler: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Keep the history from now on, in a thread of this process (one wake-up every SAMPLE_INTERVAL_S)."""
+        if self._sampler is None:
+            self._stopping.clear()
+            self._sampler = threading.Thread(target=self._sample_until_stopped, name="crawlergate-series", daemon=True)
+            self._sampler.start()
+
+    def stop(self) -> None:
+        if self._sampler is not None:
+            self._stopping.set()
+            self._sampler.join(timeout=5)
+            self._sampler = None
+
+    def _sample_until_stopped(self) -> None:
+        self.sample()
+        while not self._stopping.wait(SAMPLE_INTERVAL_S):
+            self.sample()
 
     def page(self) -> Response:
         body = _page_html().replace("{{PREFIX}}", self.prefix).encode()

@@ -84,7 +84,8 @@ class AdminEndpoints:
             return json_response(403, {"error": "admin endpoints answer loopback clients or a valid bearer token"})
         if name == "invalidate" and self._invalidate is not None:
             return self._invalidation(method, headers, body)
-        if name in ("stats", "metrics", "series", "") and method not in ("GET", "HEAD"):
+        read_only = name in ("stats", "metrics", "series", "") or name.startswith("static/")
+        if read_only and method not in ("GET", "HEAD"):
             return json_response(405, {"error": "use GET"}, extra=[(b"allow", b"GET, HEAD")])
         if self._dashboard is not None:
             answer = self._dashboard_answer(name)

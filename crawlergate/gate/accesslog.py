@@ -39,8 +39,12 @@ logger = logging.getLogger(__name__)
 # Lines are written this often (seconds). The writer sleeps in between rather than wait for lines: a
 # thread woken by every queued line takes the GIL from the event loop once a request.
 FLUSH_INTERVAL_S = 0.5
-# Lines queued beyond this are dropped (and counted) rather than let a stuck disk grow memory.
-MAX_QUEUED = 100_000
+# Lines waiting beyond this are dropped (and counted) rather than let a stuck disk grow memory: a second of
+# a busy gate. With fields cut at MAX_FIELD_BYTES a line is at most ~13 KB, so the queue at most ~260 MB.
+MAX_QUEUED = 20_000
+# A quoted field (target, referer, user agent) longer than this is cut, and ends in "...": an attacker's
+# 60 KB user agent costs the log 4 KB (nginx's large_client_header_buffers would refuse it at 8 KB).
+MAX_FIELD_BYTES = 4096
 # Bytes nginx escapes in quoted fields ($http_user_agent, $request): quote, backslash, control and non-ASCII.
 _UNSAFE = re.compile(rb'["\\\x00-\x1f\x7f-\xff]')
 # The WSGI environ key where the WSGI gate leaves the request target as sent (bytes, with its query).
@@ -237,10 +241,10 @@ def _format(
     outcome: str,
 ) -> bytes:
     """One combined-format line, then the TTFB in microseconds and the outcome."""
-    if _UNSAFE.search(target):
+    if _UNSAFE.search(target) or len(target) > MAX_FIELD_BYTES:
         target = _escaped(target)
     return b'%s - - [%s] "%s %s HTTP/%s" %d %d %s %d %s\n' % (
-        _text(client or "-"),
+        _client(client or "-"),
         _stamp(int(epoch)),
         _text(method),
         target,
@@ -254,8 +258,12 @@ def _format(
 
 
 # Lines repeat most of their fields (a crawler's user agent, the client, the outcome): each is escaped
-# and encoded once, then looked up. Bounded: emptied when full, so a flood of new values costs only the work.
-_REPEATED = 4096
+# and encoded once, then looked up; at most this many, of at most _REMEMBERED_PAIR_BYTES (a few MB).
+_REPEATED = 2048
+_REMEMBERED_PAIR_BYTES = 1024
+# What a client address may hold. It is what a trusted proxy's X-Forwarded-For named, so anything else
+# (spaces, quotes: a forged line) is escaped like a quoted field.
+_ADDRESS = re.compile(r"[0-9A-Za-z:._%-]{1,64}")
 
 
 @functools.lru_cache(maxsize=_REPEATED)
@@ -264,8 +272,22 @@ def _text(value: str) -> bytes:
 
 
 @functools.lru_cache(maxsize=_REPEATED)
+def _client(address: str) -> bytes:
+    if _ADDRESS.fullmatch(address):
+        return _text(address)
+    return _escaped(address.encode("latin-1", "replace")).replace(b" ", b"\\x20")
+
+
 def _quoted_pair(referer: bytes, agent: bytes) -> bytes:
-    """``"referer" "user agent"``, escaped as nginx escapes them, ``"-"`` for an empty one."""
+    """``"referer" "user agent"``, escaped as nginx escapes them, ``"-"`` for an empty one; the pairs of usual
+    length are remembered (an attacker's long ones would make the memo large)."""
+    if len(referer) + len(agent) <= _REMEMBERED_PAIR_BYTES:
+        return _remembered_pair(referer, agent)
+    return b'"%s" "%s"' % (_escaped(referer) or b"-", _escaped(agent) or b"-")
+
+
+@functools.lru_cache(maxsize=_REPEATED)
+def _remembered_pair(referer: bytes, agent: bytes) -> bytes:
     return b'"%s" "%s"' % (_escaped(referer) or b"-", _escaped(agent) or b"-")
 
 
@@ -281,4 +303,9 @@ def _stamp(second: int) -> bytes:
 
 def _escaped(field: bytes) -> bytes:
     # nginx's escaping of quoted fields: a quote, a backslash, control and non-ASCII bytes as \xHH.
-    return _UNSAFE.sub(lambda match: b"\\x%02X" % match.group()[0], field)
+    escaped = _UNSAFE.sub(lambda match: b"\\x%02X" % match.group()[0], field[:MAX_FIELD_BYTES])
+    if len(escaped) <= MAX_FIELD_BYTES and len(field) <= MAX_FIELD_BYTES:
+        return escaped
+    cut = escaped[:MAX_FIELD_BYTES]
+    partial = cut.rfind(b"\\", len(cut) - 3)  # never end inside an escape
+    return (cut[:partial] if partial >= 0 else cut) + b"..."

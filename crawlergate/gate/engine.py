@@ -149,6 +149,7 @@ class GateCore:
         self.storage = StoragePolicy(settings.cache, self.keys)
         self.trusted = TrustedProxies(settings.server.trusted_proxies)
         self.clock = clock
+        self.dashboard = Dashboard(self.metrics, prefix=settings.admin.prefix)
         self.admin = AdminEndpoints(
             prefix=settings.admin.prefix,
             token=settings.admin.token,
@@ -156,7 +157,7 @@ class GateCore:
             prometheus=self.prometheus,
             invalidate=self.invalidate,
             trusted_proxies=settings.server.trusted_proxies,
-            dashboard=Dashboard(self.metrics, prefix=settings.admin.prefix),
+            dashboard=self.dashboard,
         )
         # The site fills ask for: the public address, else the origin's own (nginx's $proxy_host); None when
         # mounted without public_url, where each fill takes the address its request arrived at.
@@ -176,9 +177,11 @@ class GateCore:
                 self.cache.start()
                 self.dirty.on_replaced = self.cache.forget_local
                 self.dirty.start()
+                self.dashboard.start()
                 self._started = True
 
     def close(self) -> None:
+        self.dashboard.stop()
         self.cache.close()
         if self._started:
             self.dirty.flush_demand()

@@ -10,7 +10,8 @@
   const count = (value) => Number(value || 0).toLocaleString("en-US");
   const ms = (value) => (value === null || value === undefined ? "–" : value < 10 ? value.toFixed(2) + " ms" : Math.round(value).toLocaleString("en-US") + " ms");
   const seconds = (value) => (value < 1 ? Math.round(value * 1000) + " ms" : value < 120 ? value.toFixed(1) + " s" : value < 7200 ? (value / 60).toFixed(1) + " min" : (value / 3600).toFixed(1) + " h");
-  const bytes = (value) => (value >= 1e9 ? (value / 1e9).toFixed(2) + " GB" : (value / 1e6).toFixed(1) + " MB");
+  // Binary units, as the settings' defaults are (64 MiB of L1, 1 GiB of L2).
+  const bytes = (value) => (value >= 2 ** 30 ? (value / 2 ** 30).toFixed(2) + " GiB" : (value / 2 ** 20).toFixed(1) + " MiB");
   const when = (epoch) => (epoch ? new Date(epoch * 1000).toLocaleString() : "–");
   const text = (id, value) => { document.getElementById(id).textContent = value; };
 
@@ -46,7 +47,8 @@
     text("origin-requests", count(data.origin.requests));
     text("prefetches", count(data.prefetches.issued) + " prefetches, " + count(data.prefetches.useful) + " useful");
     text("l2-pages", count(data.l2.pages) + " pages");
-    const l1 = data.l1.max_bytes ? bytes(data.l1.used_bytes) + " of " + bytes(data.l1.max_bytes) + " in L1" : "L1 " + data.l1.backend;
+    // The embedded L1 is each worker's own, and each worker recounts L2 every 30 s: these are the answering worker's.
+    const l1 = data.l1.max_bytes ? bytes(data.l1.used_bytes) + " of " + bytes(data.l1.max_bytes) + " in this worker's L1" : "L1 " + data.l1.backend;
     text("cache-detail", l1 + " · " + bytes(data.l2.bytes) + " of " + bytes(data.l2.max_bytes) + " in L2 · " +
       count(data.evictions.l1 + data.evictions.l2) + " evicted");
     text("status", "up " + seconds(data.uptime_s) + " · " + data.processes + " process" + (data.processes === 1 ? "" : "es") +
@@ -64,7 +66,8 @@
       ["last window", last.start ? when(last.start) + ": " + count(last.pages) + " pages, " + count(last.changed) + " changed, " + count(last.errors) + " errors" : "none yet"],
       ["running now", regeneration.running ? "yes" : "no"],
     ], (index) => index === 1 && false);
-    rows("not-stored", Object.entries(data.not_stored).map(([reason, number]) => [reason, count(number)]), (index) => index === 1);
+    const notStored = Object.entries(data.not_stored).map(([reason, number]) => [reason, count(number)]);
+    rows("not-stored", notStored.length ? notStored : [["none: every crawler page asked for was storable", ""]], (index) => index === 1);
   }
 
   function chart(id, series, data, yAxis) {
@@ -107,7 +110,11 @@
       { label: "human p50", stroke: "#dc2626", width: 2 },
       { label: "human p90", stroke: "#fca5a5", width: 2 },
     ], [t, pick("crawler", "p50"), pick("crawler", "p90"), pick("human", "p50"), pick("human", "p90")],
-    { scale: { distr: 3 }, values: (u, ticks) => ticks.map((v) => (v < 1 ? v : Math.round(v)) + " ms") });
+    {
+      // A log scale; with no answer in any interval yet, a fixed 0.1–100 ms (uPlot's log ticks need a range).
+      scale: { distr: 3, range: (u, min, max) => (min == null || max == null ? [0.1, 100] : uPlot.rangeLog(min, max, 10, true)) },
+      values: (u, ticks) => ticks.map((v) => (v == null ? "" : (v < 1 ? v : Math.round(v)) + " ms")),
+    });
     chart("chart-rate", [
       { label: "crawlers", stroke: "#2563eb", width: 2 },
       { label: "humans", stroke: "#dc2626", width: 2 },
