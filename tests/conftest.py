@@ -147,6 +147,7 @@ def serve_process(
     origin: str, tmp_path: Path, config_text: str = "", *, workers: int = 1, args: tuple[str, ...] = ()
 ) -> Iterator[str]:
     """``crawlergate serve`` in its own process with a config file, its base URL once it answers."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     config = tmp_path / "gate.toml"
     config.write_text(config_text)
     port = free_port()

@@ -3,8 +3,10 @@
 memcached's own LRU does the eviction (start it with ``-m`` = the L1 budget). Keys are spread over
 the servers by rendezvous hashing. Every call has short connect and read timeouts; a server that
 fails is skipped for ``dead_retry_seconds``, so a dead memcached costs one timeout per back-off
-period, not one per request. Its keys are misses meanwhile (they are not moved to other servers,
-which would only fill them with copies that go stale when it returns).
+period, not one per request. Meanwhile its keys go to the next server in their rendezvous order (the
+same for every gate), where they are refilled from L2; the others' keys stay where they are. When it
+comes back, its first call is ``flush_all``: what it held may have changed while it was away (a page
+regenerated, a mark lifted), and a stale copy must never be served. Its keys then return to it, cold.
 
     store = MemcachedStore(["127.0.0.1:11211"], connect_timeout_s=0.05, timeout_s=0.05)
 """
@@ -111,20 +113,37 @@ class MemcachedStore:
             client.close()
 
     def _call(self, key: str, operation: Callable[[PooledClient, str], object]) -> object:
-        server = self._ring.get_node(key)
-        dead_until = self._dead_until.get(server)
-        if dead_until is not None and self._clock() < dead_until:
-            raise StoreUnavailable(f"memcached {server} is skipped after a failure")
+        server = self._ring.get_node(key) if not self._dead_until else self._live_server(key)
         try:
-            result = operation(self._clients[server], self._prefix + key)
+            return operation(self._clients[server], self._prefix + key)
         except (OSError, MemcacheError) as exc:
             self._mark_dead(server, exc)
             raise StoreUnavailable(f"memcached {server}: {exc}") from exc
-        if dead_until is not None:
-            with self._lock:
-                self._dead_until.pop(server, None)
-            logger.warning("L1 server %s back in rotation", server)
-        return result
+
+    def _live_server(self, key: str) -> str:
+        """The first server of the key's rendezvous order that is not skipped; one whose back-off is over is
+        flushed first and taken back (or skipped again)."""
+        hashed = self._ring.hash_function
+        for server in sorted(self._clients, key=lambda node: (hashed(f"{node}-{key}"), node), reverse=True):
+            dead_until = self._dead_until.get(server)
+            if dead_until is None or (self._clock() >= dead_until and self._rejoin(server)):
+                return server
+        raise StoreUnavailable("every memcached server is skipped after a failure")
+
+    def _rejoin(self, server: str) -> bool:
+        with self._lock:
+            if server not in self._dead_until:
+                return True  # another thread took it back meanwhile
+            try:
+                self._clients[server].flush_all(noreply=False)
+            except (OSError, MemcacheError) as exc:
+                self._dead_until[server] = self._clock() + self._dead_retry
+                self._clients[server].close()
+                logger.debug("L1 server %s still unavailable: %s", server, exc)
+                return False
+            del self._dead_until[server]
+        logger.warning("L1 server %s back in rotation, emptied (its pages may have changed meanwhile)", server)
+        return True
 
     def _mark_dead(self, server: str, exc: BaseException) -> None:
         with self._lock:

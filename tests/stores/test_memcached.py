@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from crawlergate.errors import StoreUnavailable
@@ -107,3 +109,34 @@ def test_memcached_store_recovers_at_once_after_a_restart(memcached_server: Memc
     with ThreadPoolExecutor(8) as pool:  # every call after the back-off succeeds, none meets a stale socket
         assert list(pool.map(lambda _: store.get("k"), range(64))) == [None] * 64
     store.close()
+
+
+def test_memcached_store_moves_a_dead_servers_keys_and_empties_it_when_it_returns(
+    memcached_server: MemcachedServer,
+) -> None:
+    second = MemcachedServer()
+    second.start()
+    clock = FakeClock()
+    store = MemcachedStore([memcached_server.address, second.address], dead_retry_seconds=10, clock=clock)
+    try:
+        on_second = next(f"page{n}" for n in range(100) if store._ring.get_node(f"page{n}") == second.address)
+        on_first = next(f"page{n}" for n in range(100) if store._ring.get_node(f"page{n}") == memcached_server.address)
+        store.set(on_second, b"old")
+        store.set(on_first, b"stays")
+        assert second.process is not None
+        second.process.send_signal(signal.SIGSTOP)  # hung, not gone: it keeps its "old" copy
+        with pytest.raises(StoreUnavailable):
+            store.get(on_second)  # one timeout: the server leaves rotation
+        assert store.get(on_second) is None  # its keys now go to the next server in their order
+        store.set(on_second, b"new")
+        assert store.get(on_second) == b"new" and store.get(on_first) == b"stays"
+        second.process.send_signal(signal.SIGCONT)
+        clock.now += 11
+        assert store.get(on_second) is None  # back, emptied first: the copy made before the outage is never served
+        store.set(on_second, b"newer")
+        assert store.get(on_second) == b"newer" and store.get(on_first) == b"stays"
+    finally:
+        if second.process is not None:
+            second.process.send_signal(signal.SIGCONT)
+        store.close()
+        second.stop()
