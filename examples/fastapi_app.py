@@ -8,8 +8,9 @@ gate's cache; people, and anyone with the session cookie, always get the live si
 
 The gate's settings come from ``crawlergate.toml`` named by ``CRAWLERGATE_CONFIG`` and from
 ``CRAWLERGATE_*`` variables (``CRAWLERGATE_L2_CACHE_DIR=/var/cache/crawlergate``); ``create_app``'s
-``cache_dir`` overrides the L2 folder. Needs ``fastapi``, ``python-multipart`` (forms) and
-``itsdangerous`` (the session cookie).
+``cache_dir`` overrides the L2 folder. Needs ``fastapi`` and ``itsdangerous`` (the session cookie). The
+form is read with the standard library: FastAPI's ``Form`` needs python-multipart, whose ``multipart``
+module stands in for the one Trac and others import.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import hmac
 import os
 import secrets
 from html import escape
-from typing import Annotated
+from urllib.parse import parse_qs
 
-from fastapi import FastAPI, Form, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from starlette.middleware.sessions import SessionMiddleware
 
@@ -70,9 +71,9 @@ def create_site(secret_key: str) -> FastAPI:
         return _login_page(request)
 
     @site.post("/login", response_model=None)
-    async def login(
-        request: Request, username: Annotated[str, Form()], password: Annotated[str, Form()]
-    ) -> HTMLResponse | RedirectResponse:
+    async def login(request: Request) -> HTMLResponse | RedirectResponse:
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        username, password = form.get("username", [""])[0], form.get("password", [""])[0]
         expected = USERS.get(username)
         if expected is None or not hmac.compare_digest(password.encode(), expected.encode()):
             return _login_page(request, "Wrong user name or password.", 401)

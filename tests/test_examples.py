@@ -31,7 +31,7 @@ BASE_URL = "http://localhost"
 
 # The modules each example imports that the project itself does not install.
 REQUIRES = {
-    "fastapi": ("fastapi", "python_multipart", "itsdangerous"),
+    "fastapi": ("fastapi", "itsdangerous"),
     "flask": ("flask",),
     "django-wsgi": ("django",),
     "django-asgi": ("django",),
