@@ -27,6 +27,7 @@ from crawlergate.metrics import Metrics
 from crawlergate.page import CorruptPage, Page
 from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore
+from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.memory import MemoryStore
 
 logger = logging.getLogger(__name__)
@@ -49,10 +50,12 @@ Level = Literal["l1", "l2"]
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """A page found in the cache, and the level it came from."""
+    """A page found in the cache, the level it came from, and when a gate sharing the memcached L1 last marked
+    it changed (None: no mark read)."""
 
     page: Page
     level: Level
+    marked_at: float | None = None
 
 
 class TwoLevelCache:
@@ -113,22 +116,23 @@ class TwoLevelCache:
             except KeyError:
                 pass
             return decoded[1]
-        data = self._get(self.l1, key, kind)
+        data, marked_at = self._get_marked(key, kind)
         if data is None:
             self._forget(key.digest)
             return None
         # The embedded store returns the very object it holds; memcached returns equal bytes.
         if decoded is not None and (decoded[0] is data or decoded[0] == data):
-            self._decoded[key.digest] = (data, decoded[1], now)
+            found = decoded[1] if decoded[1].marked_at == marked_at else Found(decoded[1].page, "l1", marked_at)
+            self._decoded[key.digest] = (data, found, now)
             try:  # noqa: SIM105 - as above
                 self._decoded.move_to_end(key.digest)
             except KeyError:
                 pass
-            return decoded[1]
+            return found
         page = self._parse(self.l1, key, data, kind, verify=False)
         if page is None:
             return None
-        found = Found(page, "l1")
+        found = Found(page, "l1", marked_at)
         self._forget(key.digest)
         if 2 * len(data) <= DECODED_MAX_BYTES:
             self._decoded[key.digest] = (data, found, now)
@@ -230,6 +234,27 @@ class TwoLevelCache:
         for store in (self.l1, self.l2):
             try:
                 store.delete(key.digest)
+            except StoreUnavailable:
+                self.metrics.count_store_error("crawler")
+
+    def _get_marked(self, key: CacheKey, kind: str) -> tuple[bytes | None, float | None]:
+        """The L1 value, and with memcached the mark another gate left beside it, in one round trip."""
+        if not isinstance(self.l1, MemcachedStore):
+            return self._get(self.l1, key, kind), None
+        try:
+            return self.l1.get_marked(key.digest)
+        except StoreUnavailable:
+            self.metrics.count_store_error(kind)
+            return None, None
+
+    def share_marks(self, digests: Iterable[str], marked_at: float, ttl_s: float) -> None:
+        """Leave a change mark beside each page in the memcached L1, so gates on other machines (whose dirty
+        indexes do not know it) see the page as changed; nothing to do with the embedded L1."""
+        if not isinstance(self.l1, MemcachedStore):
+            return
+        for digest in digests:
+            try:
+                self.l1.set_mark(digest, marked_at, ttl_s)
             except StoreUnavailable:
                 self.metrics.count_store_error("crawler")
 

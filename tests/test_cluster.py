@@ -70,3 +70,32 @@ def test_two_gates_share_one_memcached_cluster_and_outlive_one_of_its_servers(
         assert crawl(second) == ["l1-hit"] * len(pages) and set(crawl(first)) <= {"l1-hit", "l2-hit"}
         stats = httpx.get(first + "/_crawlergate/stats").json()
         assert stats["crawler"]["errors"] == 0 and stats["crawler"]["misses"] == len(pages)
+
+
+def test_a_page_marked_through_one_gate_is_changed_for_the_other(
+    forum: ServerThread, cluster: list[MemcachedServer], tmp_path: Path
+) -> None:
+    """Each machine has its own dirty index; the mark travels beside the page in memcached. With
+    max_stale_seconds = 0 a changed page is fetched again at once, which shows that the other gate saw it."""
+    servers = ", ".join(f'"{server.address}"' for server in cluster)
+    config = (
+        f"[l1]\nmemcached = [{servers}]\nlocal_ttl_ms = 200\n[cache]\nmax_stale_seconds = 0\n"
+        '[admin]\ntoken = "t0k"\n[regenerate]\nenabled = false\n'
+    )
+    with ExitStack() as stack:
+        first = stack.enter_context(serve_process(forum.url, tmp_path / "a", config))
+        second = stack.enter_context(serve_process(forum.url, tmp_path / "b", config))
+        for page in ("/showthread.php?t=40", "/showthread.php?t=41"):
+            assert httpx.get(first + page, headers=GOOGLEBOT).headers["x-crawlergate"] == "miss"
+            assert httpx.get(second + page, headers=GOOGLEBOT).headers["x-crawlergate"] == "l1-hit"
+        marked = httpx.post(
+            first + "/_crawlergate/invalidate",
+            json={"urls": ["/showthread.php?t=40"]},
+            headers={"authorization": "Bearer t0k"},
+        )
+        assert marked.json() == {"marked": 1}
+        time.sleep(0.3)  # past the other gate's l1.local_ttl_ms
+        assert httpx.get(second + "/showthread.php?t=40", headers=GOOGLEBOT).headers["x-crawlergate"] == "miss"
+        assert httpx.get(second + "/showthread.php?t=41", headers=GOOGLEBOT).headers["x-crawlergate"] == "l1-hit"
+        # The page fetched again is newer than the mark: both gates take it as it is.
+        assert httpx.get(second + "/showthread.php?t=40", headers=GOOGLEBOT).headers["x-crawlergate"] == "l1-hit"

@@ -237,6 +237,10 @@ class GateCore:
             return Fill(None)
         page = found.page
         marked = self.dirty.dirty_since(key.digest)
+        shared = found.marked_at
+        # A mark another machine left beside the page in memcached counts while the page predates it.
+        if shared is not None and shared > page.generated_at and (marked is None or shared < marked):
+            marked = shared
         if marked is None and not page.is_expired(now):
             return found
         stale_since = page.expires_at if marked is None else min(marked, page.expires_at)
@@ -319,7 +323,14 @@ class GateCore:
         digests = dict.fromkeys(key.digest for key in map(self.key_for_url, urls) if key is not None)
         for pattern in patterns:
             digests.update(dict.fromkeys(self.dirty.matching(pattern)))
-        return self.dirty.mark(digests, reason)
+        return self._mark(list(digests), reason)
+
+    def _mark(self, digests: list[str], reason: str) -> int:
+        """Mark pages in this machine's dirty index, and beside them in a shared memcached L1 for the others."""
+        marked = self.dirty.mark(digests, reason)
+        if digests:
+            self.cache.share_marks(digests, self.clock(), self._max_stale_s + self.settings.cache.ttl_seconds)
+        return marked
 
     def purge(
         self, peer: str | None, headers: Iterable[tuple[bytes, bytes]], raw_path: bytes, query: bytes
@@ -335,10 +346,10 @@ class GateCore:
         try:
             if regex:
                 target = raw_path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
-                marked = self.dirty.mark(self.dirty.matching_regex(unquote(target)), "purge")
+                marked = self._mark(self.dirty.matching_regex(unquote(target)), "purge")
             else:
                 key = self.keys.key_for(raw_path, query)  # the bytes as they came: no second encoding
-                marked = 0 if key is None else self.dirty.mark([key.digest], "purge")
+                marked = 0 if key is None else self._mark([key.digest], "purge")
         except re.error:
             message = b"X-Purge-Method: regex, but the URL is no regular expression.\n"
             return plain_response(400, message, outcome=b"pass")

@@ -28,6 +28,8 @@ from crawlergate.errors import ConfigError, StoreUnavailable
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "cg:"
+# A page's change mark sits beside the page, on the page's server: "m:" + the page's key.
+MARK_PREFIX = "m:"
 
 
 class MemcachedStore:
@@ -80,6 +82,27 @@ class MemcachedStore:
     def set(self, key: str, value: bytes) -> None:
         if len(value) <= self.item_max_bytes:
             self._call(key, lambda client, k: client.set(k, value, noreply=False))
+
+    def get_marked(self, key: str) -> tuple[bytes | None, float | None]:
+        """The value and, in the same round trip, the time its page was last marked changed (None: never), as
+        any gate sharing these servers marked it."""
+        page_key, mark_key = self._prefix + key, self._prefix + MARK_PREFIX + key
+        found = self._call(key, lambda client, _: client.get_many([page_key, mark_key]))
+        values = found if isinstance(found, dict) else {}
+        value, mark = values.get(page_key), values.get(mark_key)
+        try:
+            marked_at = float(mark) if isinstance(mark, bytes) else None
+        except ValueError:
+            marked_at = None
+        return (value if isinstance(value, bytes) else None), marked_at
+
+    def set_mark(self, key: str, marked_at: float, ttl_s: float) -> None:
+        """Tell every gate sharing these servers that ``key``'s page changed at ``marked_at``."""
+        expire = max(1, math.ceil(ttl_s))
+        mark = b"%.3f" % marked_at
+        self._call(
+            key, lambda client, _: client.set(self._prefix + MARK_PREFIX + key, mark, expire=expire, noreply=False)
+        )
 
     def add(self, key: str, value: bytes) -> bool:
         if len(value) > self.item_max_bytes:

@@ -140,3 +140,15 @@ def test_memcached_store_moves_a_dead_servers_keys_and_empties_it_when_it_return
             second.process.send_signal(signal.SIGCONT)
         store.close()
         second.stop()
+
+
+def test_memcached_store_keeps_a_change_mark_beside_the_page(memcached_server: MemcachedServer) -> None:
+    store = MemcachedStore([memcached_server.address], namespace="site")
+    store.set("page", b"v")
+    assert store.get_marked("page") == (b"v", None) and store.get_marked("absent") == (None, None)
+    store.set_mark("page", 1_764_000_000.25, ttl_s=60)
+    assert store.get_marked("page") == (b"v", 1_764_000_000.25)
+    other_site = MemcachedStore([memcached_server.address], namespace="other")
+    assert other_site.get_marked("page") == (None, None)
+    store.close()
+    other_site.close()
