@@ -64,7 +64,7 @@ def test_two_gates_share_one_memcached_cluster_and_outlive_one_of_its_servers(
         assert crawl(second) == ["l1-hit"] * len(pages)  # refilled on the other two
 
         cluster[1].start()  # on its port again
-        time.sleep(1.2)  # past the gates' back-off: the next call to it empties it and takes it back
+        time.sleep(1.5)  # past the gates' back-off (1 s): the next call to it empties it and takes it back
         rejoined = crawl(second)
         assert set(rejoined) == {"l1-hit", "l2-hit"}  # its pages come from L2 once, and are stored on it again
         assert crawl(second) == ["l1-hit"] * len(pages) and set(crawl(first)) <= {"l1-hit", "l2-hit"}
