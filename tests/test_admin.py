@@ -10,7 +10,9 @@ from crawlergate.metrics import Metrics
 
 
 def _admin(token: str = "") -> AdminEndpoints:
-    return AdminEndpoints(prefix="/_crawlergate", token=token, stats=dict, trusted_proxies=("127.0.0.1", "::1"))
+    return AdminEndpoints(
+        prefix="/_crawlergate", token=token, stats=dict, trusted_proxies=("127.0.0.1", "::1", "10.244.0.0/16")
+    )
 
 
 @pytest.mark.parametrize(
@@ -24,6 +26,7 @@ def _admin(token: str = "") -> AdminEndpoints:
         pytest.param("localhost.evil", [], 403, id="name-that-starts-like-localhost"),
         pytest.param("::1:abcd", [], 403, id="address-that-starts-like-::1"),
         pytest.param("127.0.0.1", [(b"x-forwarded-for", b"203.0.113.9")], 403, id="forwarded-for-a-visitor"),
+        pytest.param("10.244.3.7", [(b"x-forwarded-for", b"127.0.0.1")], 403, id="loopback-claimed-by-a-remote-proxy"),
     ],
 )
 def test_admin_answers_loopback_clients_only(peer: str | None, headers: list[tuple[bytes, bytes]], status: int) -> None:

@@ -14,6 +14,9 @@ from crawlergate.gate.forwarded import TrustedProxies
         pytest.param("127.0.0.1", b"6.6.6.6, 198.51.100.7, 10.0.0.2", "198.51.100.7", id="spoofed-left-part-ignored"),
         pytest.param("127.0.0.1", b"garbage", "garbage", id="not-an-address"),
         pytest.param(None, b"1.2.3.4", None, id="no-peer"),
+        pytest.param("127.0.0.1", b"127.0.0.1", "127.0.0.1", id="loopback-from-a-proxy-on-this-machine"),
+        pytest.param("10.0.0.7", b"127.0.0.1", "10.0.0.7", id="loopback-from-a-proxy-elsewhere-is-a-forgery"),
+        pytest.param("10.0.0.7", b"127.0.0.1, 10.0.0.2", "10.0.0.2", id="loopback-behind-two-remote-proxies"),
     ],
 )
 def test_forwarded_client(peer: str | None, forwarded: bytes, client: str | None) -> None:

@@ -11,7 +11,6 @@ get ``{"marked": N}``.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -22,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 from crawlergate.admin.dashboard import Dashboard
 from crawlergate.errors import CrawlerGateError
 from crawlergate.gate.answer import Response, json_response, send_response
-from crawlergate.gate.forwarded import TrustedProxies
+from crawlergate.gate.forwarded import TrustedProxies, is_loopback
 
 
 class AdminEndpoints:
@@ -144,7 +143,7 @@ class AdminEndpoints:
 
     def _allowed(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> bool:
         # Behind an nginx on the same host every peer is loopback: the forwarded client is what counts.
-        return _is_loopback(self._trusted.client(peer, headers)) or self._has_token(headers)
+        return is_loopback(self._trusted.client(peer, headers)) or self._has_token(headers)
 
     def _has_token(self, headers: Iterable[tuple[bytes, bytes]]) -> bool:
         if not self._token:
@@ -171,13 +170,3 @@ def _strings(value: object) -> list[str] | None:
     except UnicodeEncodeError:
         return None
     return value
-
-
-def _is_loopback(host: str | None) -> bool:
-    # No address at all (a Unix socket) is not loopback: whoever is behind it cannot be told apart.
-    if host is None:
-        return False
-    try:
-        return ipaddress.ip_address(host.removeprefix("::ffff:")).is_loopback
-    except ValueError:
-        return False

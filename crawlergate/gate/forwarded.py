@@ -1,9 +1,11 @@
 """Who is the client? The connection's peer, or, behind a trusted proxy, what X-Forwarded-For says.
 
 Only proxies listed in ``server.trusted_proxies`` may speak for a client (RFC 7239 section 8.3
-warns that anyone else can write the header). Used by the reverse proxy to build the forwarded
-headers it sends on, and by the admin endpoints, whose "loopback only" must not let every visitor
-of an nginx on the same host through.
+warns that anyone else can write the header). A loopback address is believed only from a proxy on
+this machine: from a proxy elsewhere (a trusted pod network, a load balancer that passes the header
+on) it is what some client wrote, and would open the loopback-only admin endpoints to it. Used by
+the reverse proxy to build the forwarded headers it sends on, and by the admin endpoints, whose
+"loopback only" must not let every visitor of an nginx on the same host through.
 """
 
 from __future__ import annotations
@@ -50,5 +52,19 @@ class TrustedProxies:
         hops = [hop.strip().decode("latin-1") for hop in b",".join(values).split(b",") if hop.strip()]
         address = peer
         while hops and address in self:
-            address = hops.pop()
+            hop = hops.pop()
+            if is_loopback(hop) and not is_loopback(address):
+                break
+            address = hop
         return address
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` is a loopback address (127.0.0.0/8, ::1, or IPv4-mapped loopback)."""
+    # No address at all (a Unix socket) is not loopback: whoever is behind it cannot be told apart.
+    if host is None:
+        return False
+    try:
+        return ipaddress.ip_address(host.removeprefix("::ffff:")).is_loopback
+    except ValueError:
+        return False
