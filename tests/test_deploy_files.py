@@ -178,7 +178,7 @@ def test_compose_services_fit_together() -> None:
     assert forum["command"] == ["demo", "forum", "--host", "0.0.0.0", "--port", "8000"]
     assert memcached["image"].startswith("memcached:") and memcached["command"][-2:] == ["-m", "64"]
     assert gate["command"][:3] == ["serve", "--host", "0.0.0.0"]
-    assert gate["ports"] == ["8080:8080"]
+    assert gate["ports"] == ["127.0.0.1:8080:8080"], "published on this machine only"
 
     for name, service in services.items():
         assert "test" in service["healthcheck"], f"{name} has a healthcheck"

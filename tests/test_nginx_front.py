@@ -27,10 +27,11 @@ FIREFOX = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/201001
 VISITOR = "127.0.0.2"
 
 
-def _nginx_config(tmp_path: Path, nginx_port: int, gate_port: int) -> Path:
+def _nginx_config(tmp_path: Path, nginx_port: int, gate_port: int, redirect_port: int) -> Path:
     site = CONFIG.read_text()
     replaced = {
         "listen 443 ssl http2;": f"listen 127.0.0.1:{nginx_port};",
+        "listen 80;": f"listen 127.0.0.1:{redirect_port};",
         "server 127.0.0.1:8080;": f"server 127.0.0.1:{gate_port};",
         "root /srv/forum;": f"root {tmp_path};",
         "ssl_certificate /etc/ssl/certs/forum.example.pem;": "",
@@ -91,7 +92,8 @@ def test_nginx_front_serves_crawlers_from_the_gate_and_keeps_admin_closed(
     with serve_process(forum.url, gate_dir, "[regenerate]\nenabled = false\n") as gate:
         gate_port = int(gate.rsplit(":", 1)[1])
         nginx_port = free_port()
-        config = _nginx_config(nginx_dir, nginx_port, gate_port)
+        redirect_port = free_port()
+        config = _nginx_config(nginx_dir, nginx_port, gate_port, redirect_port)
         checked = subprocess.run([nginx_binary, "-t", "-c", str(config), "-p", str(nginx_dir)], capture_output=True)
         assert checked.returncode == 0, checked.stderr.decode()
         nginx = subprocess.Popen([nginx_binary, "-c", str(config), "-p", str(nginx_dir)], stderr=subprocess.DEVNULL)
@@ -121,6 +123,9 @@ def test_nginx_front_serves_crawlers_from_the_gate_and_keeps_admin_closed(
             # The admin endpoints: closed by nginx to the visitor, open to this machine; healthz to everyone.
             assert visitor.get(front + "/_crawlergate/stats").status_code == 403
             assert visitor.get(front + "/_crawlergate/").status_code == 403
+            assert visitor.get(front + "/_crawlergate").status_code == 403
+            moved = visitor.get(f"http://127.0.0.1:{redirect_port}/showthread.php?t=3", headers=GOOGLEBOT)
+            assert moved.status_code == 301 and moved.headers["location"].startswith("https://127.0.0.1")
             assert visitor.get(front + "/_crawlergate/healthz").status_code == 200
             assert httpx.get(front + "/_crawlergate/stats").status_code == 200
             visitor.close()
