@@ -218,7 +218,7 @@ class Metrics:
         self._origin_time_slots = {kind: counters.slot(f"origin_us|{kind}") for kind in CLASSES}
         self._origin = _HistogramSlots(counters, "origin")
         # (class, outcome, family, tag) -> the slots such a request counts into; bounded by the rules' families.
-        self._plans: dict[tuple[str, str, str, str], tuple[int, int, int, int, int]] = {}
+        self._plans: dict[tuple[str, str, str, str], tuple[int, int, _HistogramSlots]] = {}
         self._saved_slot = counters.slot("saved_us")
 
     def record(
@@ -232,33 +232,20 @@ class Metrics:
         plan = self._plans.get((kind, outcome, family, tag))
         if plan is None:
             plan = self._plan(kind, outcome, family, tag)
-        request_slot, family_slot, first_bucket, sum_slot, max_slot = plan
-        micros = int(ttfb_ms * 1000)
-        bucket = int(math.log(ttfb_ms / _BUCKET_BASE_MS) / _LOG_GROWTH) + 1 if ttfb_ms > _BUCKET_BASE_MS else 0
-        if bucket >= _BUCKETS:
-            bucket = _BUCKETS - 1
+        request_slot, family_slot, ttfb = plan
         values = self._values
         with self._lock:
             values[request_slot] += 1
-            values[first_bucket + bucket] += 1
-            values[sum_slot] += micros
-            if micros > values[max_slot]:
-                values[max_slot] = micros
+            ttfb.add(values, ttfb_ms)
             if family_slot >= 0:
                 values[family_slot] += 1
             if saved_ms:
                 values[self._saved_slot] += int(saved_ms * 1000)
 
-    def _plan(self, kind: str, outcome: str, family: str, tag: str) -> tuple[int, int, int, int, int]:
+    def _plan(self, kind: str, outcome: str, family: str, tag: str) -> tuple[int, int, _HistogramSlots]:
         """The slots one kind of request counts into, worked out once (the request path only adds)."""
-        histogram = self._ttfb_slots[kind]
-        plan = (
-            self._outcome_slots[kind][outcome],
-            self.counters.slot(f"family|{family}|{tag}|{outcome}") if family else -1,
-            histogram.first,
-            histogram.sum,
-            histogram.max,
-        )
+        family_slot = self.counters.slot(f"family|{family}|{tag}|{outcome}") if family else -1
+        plan = (self._outcome_slots[kind][outcome], family_slot, self._ttfb_slots[kind])
         self._plans[(kind, outcome, family, tag)] = plan
         return plan
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from crawlergate.metrics import CounterArray, Histogram, Metrics, read_shared
 
@@ -84,13 +85,12 @@ def test_metrics_reader_skips_a_name_still_being_written(tmp_path) -> None:
 
 
 def test_metrics_prometheus_text_parses_and_holds_every_family(tmp_path) -> None:
-    parser = pytest.importorskip("prometheus_client.parser")
     metrics = Metrics(tmp_path)
     metrics.record("crawler", "l2-hit", 1.0, family='Odd "bot"', tag="other")
     metrics.count("evictions_l2", 2)
     samples = {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in parser.text_string_to_metric_families(metrics.prometheus({"crawlergate_l2_pages": 3}))
+        for family in text_string_to_metric_families(metrics.prometheus({"crawlergate_l2_pages": 3}))
         for sample in family.samples
     }
     labels = (("family", 'Odd "bot"'), ("outcome", "l2-hit"), ("tag", "other"))

@@ -27,6 +27,7 @@ import uvicorn
 from crawlergate.adapters.httpserver import HeadLimits, LimitedHttpToolsProtocol
 from crawlergate.config import Settings
 from crawlergate.errors import ConfigError
+from crawlergate.gate.accesslog import open_log
 from crawlergate.metrics import Metrics, clear_shared
 from crawlergate.regenerate.schedule import check_window
 from crawlergate.wiring import access_log_path, build_cache
@@ -52,9 +53,9 @@ def run_proxy(settings: Settings) -> int:
     _check_port(server.host, server.port)
     log_path = access_log_path(settings, standalone=True)
     if log_path is not None:
-        _check_writable(log_path)
+        os.close(open_log(log_path))  # an unwritable log stops serve here, in one line, before it listens
     with _shared_metrics(settings) as settings:
-        return _serve(settings, pages, size)
+        return _serve(settings, pages, size, log_path)
 
 
 @contextlib.contextmanager
@@ -72,7 +73,7 @@ def _shared_metrics(settings: Settings) -> Iterator[Settings]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _serve(settings: Settings, pages: int, size: int) -> int:
+def _serve(settings: Settings, pages: int, size: int, log_path: Path | None) -> int:
     server = settings.server
     # Workers build their app from the environment: these settings, whole, as one serialised value.
     os.environ.update(settings.to_environ())
@@ -86,7 +87,7 @@ def _serve(settings: Settings, pages: int, size: int) -> int:
         f"crawlergate serve: listening on http://{server.host}:{server.port} for {server.origin}; "
         f"L1 {l1}; L2 {settings.cache_dir} ({pages:,} pages, {size / 1e6:.1f} MB); "
         f"{server.workers} worker{'s' if server.workers > 1 else ''}; "
-        f"access log {access_log_path(settings, standalone=True) or 'off'}",
+        f"access log {log_path or 'off'}",
         file=sys.stderr,
         flush=True,
     )
@@ -133,18 +134,6 @@ def _raise_open_files_limit() -> None:
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
-
-
-def _check_writable(log_path: Path) -> None:
-    try:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        raise ConfigError(
-            f"Access log '{log_path}' cannot be written: {exc.strerror or exc}. Set log.access_log to "
-            "another file, or to off."
-        ) from None
 
 
 def _check_port(host: str, port: int) -> None:

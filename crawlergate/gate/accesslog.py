@@ -69,6 +69,7 @@ class AccessLog:
         self._inode = (0, 0)
         self._checked_at = 0.0
         self._warned_at = float("-inf")
+        self._dropped_reported = 0
         self._reopen = False
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -78,11 +79,9 @@ class AccessLog:
         with self._lock:
             if self._thread is not None:
                 return
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._open()
-            except OSError as exc:
-                raise ConfigError(f"Access log '{self.path}' cannot be written: {exc.strerror or exc}.") from None
+            self._fd = open_log(self.path)
+            stat = os.fstat(self._fd)
+            self._inode = (stat.st_dev, stat.st_ino)
             self._thread = threading.Thread(target=self._run, name="crawlergate-access-log", daemon=True)
             self._thread.start()
 
@@ -119,6 +118,9 @@ class AccessLog:
                 batch.append(lines.popleft())  # appends on other threads go on meanwhile: deques are thread-safe
             if batch:
                 self._write(b"".join(batch))
+            if self.dropped != self._dropped_reported:
+                logger.warning("access log %s: %d lines dropped so far (the disk is too slow)", self.path, self.dropped)
+                self._dropped_reported = self.dropped
             if stopping:
                 return
 
@@ -172,7 +174,7 @@ class AccessLog:
         os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
 
     def _open(self) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = _open_appending(self.path)
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = fd
@@ -225,6 +227,23 @@ class AccessLog:
             ttfb_ms,
             outcome,
         )
+
+
+def open_log(path: Path) -> int:
+    """Open the log for appending (creating its folder); raises ConfigError, in one sentence, when it cannot."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return _open_appending(path)
+    except OSError as exc:
+        raise ConfigError(
+            f"Access log '{path}' cannot be written: {exc.strerror or exc}. Set log.access_log to another file, "
+            "or to off."
+        ) from None
+
+
+def _open_appending(path: Path) -> int:
+    # O_APPEND: every write lands at the end, whoever else appends (other workers) or truncates (copytruncate).
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
 def _format(
