@@ -97,8 +97,30 @@ class MemcachedServer:
                 time.sleep(0.02)
         pytest.fail("memcached did not start")
 
+    def pause(self) -> None:
+        """Stop the process (hung, not gone) and wait until every thread of it has stopped.
+
+        SIGSTOP reaches each thread when it next runs: a worker thread woken by a request
+        at that moment may still answer it unless we wait.
+        """
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.process.pid}/task")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0] for task in tasks.iterdir()]
+            if all(state in "Tt" for state in states):
+                return
+            time.sleep(0.01)
+        pytest.fail("memcached did not stop")
+
+    def resume(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
             self.process.kill()
             self.process.wait(timeout=10)
             self.process = None
