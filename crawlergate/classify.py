@@ -24,7 +24,7 @@ from ahocorasick_rs import AhoCorasick, MatchKind
 from crawlergate.config import ClassifySettings
 from crawlergate.rules import CrawlerRule, Family, RuleSet, load_rules, resolve_rule_files
 
-Kind = Literal["crawler", "human"]
+Kind = Literal["crawler", "human", "suspect"]
 
 # Real user agents stay under 1 KB; longer ones are judged on their head, so a hostile 64 KB
 # header costs no more than a long real one and cannot bloat the memo.
@@ -36,7 +36,8 @@ UNKNOWN_FAMILY = "unknown"
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What a request is: ``kind`` crawler or human, and for crawlers the family name and its tag."""
+    """What a request is: ``kind`` crawler, human or suspect (crawlergate.suspect), and for crawlers the family
+    name and its tag."""
 
     kind: Kind
     family: str

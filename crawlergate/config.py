@@ -444,6 +444,74 @@ class LogSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class EvidenceSettings:
+    """Crawlers behind browser user agents: the evidence that makes a request a suspect (rules/evidence.toml)."""
+
+    # Off: every request the user-agent rules call human gets the live site, as before issue 16.
+    enabled: bool = True
+    # The evidence rules: a file in the rules folder, or a path of your own.
+    rules_file: str = "evidence.toml"
+    # Memory of the behaviour sketches (per address and per network), whatever the number of clients.
+    sketch_bytes: int = 8 * 1024 * 1024
+    # Behaviour counts halve in this time: "pages per minute" is about the last minute and a half.
+    half_life_seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        _require(self.sketch_bytes >= 4096, "evidence.sketch_bytes", self.sketch_bytes, "Must be 4096 or more.")
+        _require(self.half_life_seconds > 0, "evidence.half_life_seconds", self.half_life_seconds, "Must be positive.")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySettings:
+    """What each class and family of crawler gets: cache, cache-only, live or deny (rules/policy.toml)."""
+
+    # A file in the rules folder, or a path of your own (it replaces the shipped one).
+    rules_file: str = "policy.toml"
+    # Retry-After of a cache-only miss and of the overload valve's 503.
+    retry_after_seconds: int = 120
+
+    def __post_init__(self) -> None:
+        _require(
+            self.retry_after_seconds >= 1, "policy.retry_after_seconds", self.retry_after_seconds, "Must be 1 or more."
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VerifySettings:
+    """Whether a claimed search-engine crawler comes from its engine: published ranges, and reverse DNS."""
+
+    # Empty: the snapshot shipped in rules/ (search-engine-ranges.toml); `crawlergate ranges` writes a fresh one.
+    ranges_file: str = ""
+    # Also verify by reverse-then-forward DNS (off the request path, cached per address).
+    reverse_dns: bool = False
+    # How long a DNS answer is believed.
+    dns_cache_seconds: float = 86400.0
+
+    def __post_init__(self) -> None:
+        _require(self.dns_cache_seconds > 0, "verify.dns_cache_seconds", self.dns_cache_seconds, "Must be > 0.")
+
+
+@dataclass(frozen=True, slots=True)
+class ValveSettings:
+    """The crawler-only overload valve: crawler and suspect misses get 503 while the site is saturated."""
+
+    enabled: bool = True
+    # Requests to the site in flight in one gate process (fills and people's requests) at which it is saturated.
+    max_in_flight: int = 64
+    # Saturated too when the site's time to first byte over the last window_seconds exceeds this many times
+    # its normal level (its average over the last ten minutes) and slow_ms.
+    slow_factor: float = 4.0
+    slow_ms: float = 500.0
+    window_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        _require(self.max_in_flight >= 1, "valve.max_in_flight", self.max_in_flight, "Must be 1 or more.")
+        _require(self.slow_factor > 1, "valve.slow_factor", self.slow_factor, "Must be more than 1.")
+        _require(self.slow_ms >= 0, "valve.slow_ms", self.slow_ms, "Must be 0 or more.")
+        _require(self.window_seconds > 0, "valve.window_seconds", self.window_seconds, "Must be positive.")
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """All of crawlergate's configuration, one section per component."""
 
@@ -456,6 +524,10 @@ class Settings:
     regenerate: RegenerateSettings = field(default_factory=RegenerateSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    evidence: EvidenceSettings = field(default_factory=EvidenceSettings)
+    policy: PolicySettings = field(default_factory=PolicySettings)
+    verify: VerifySettings = field(default_factory=VerifySettings)
+    valve: ValveSettings = field(default_factory=ValveSettings)
 
     @property
     def l1_namespace(self) -> str:
@@ -532,6 +604,10 @@ _SECTIONS: dict[str, type[Any]] = {
     "regenerate": RegenerateSettings,
     "metrics": MetricsSettings,
     "log": LogSettings,
+    "evidence": EvidenceSettings,
+    "policy": PolicySettings,
+    "verify": VerifySettings,
+    "valve": ValveSettings,
 }
 
 

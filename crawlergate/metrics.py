@@ -22,9 +22,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-CLASSES = ("crawler", "human")
-# X-Crawlergate outcomes, plus "error" for a request the gate answered with 5xx of its own.
-OUTCOMES = ("l1-hit", "l2-hit", "miss", "stale", "pass", "error")
+CLASSES = ("crawler", "human", "suspect")
+# X-Crawlergate outcomes, plus "error" for a request the gate answered with 5xx of its own, "refused" for a
+# crawler's miss answered 503 (the overload valve, or a cache-only policy) and "denied" for a 403 by policy.
+OUTCOMES = ("l1-hit", "l2-hit", "miss", "stale", "pass", "error", "refused", "denied")
 HITS = ("l1-hit", "l2-hit")
 
 # Histogram buckets grow by 5 % from 10 µs: 1 % resolution would cost memory for no decision,
@@ -372,6 +373,13 @@ def stats_from(totals: Mapping[str, int]) -> dict[str, Any]:
         "prefetches": {"issued": totals.get("prefetches", 0), "useful": totals.get("prefetch_useful", 0)},
         "evictions": {"l1": totals.get("evictions_l1", 0), "l2": totals.get("evictions_l2", 0)},
         "families": _families(totals),
+        "evidence": {
+            "suspects": totals.get("suspects|evidence", 0),
+            "unverified_claimants": totals.get("claimants|unverified", 0),
+            "verified_claimants": totals.get("claimants|verified", 0),
+            "reasons": _named(totals, "evidence|"),
+        },
+        "refused": {"valve": totals.get("refused|valve", 0), "cache_only": totals.get("refused|cache-only", 0)},
     }
     for kind in CLASSES:
         outcomes = {outcome: totals.get(f"req|{kind}|{outcome}", 0) for outcome in OUTCOMES}
@@ -385,13 +393,15 @@ def stats_from(totals: Mapping[str, int]) -> dict[str, Any]:
             "stale": outcomes["stale"],
             "passes": outcomes["pass"],
             "errors": outcomes["error"],
+            "refused": outcomes["refused"],
+            "denied": outcomes["denied"],
             "hit_ratio": round(hits / lookups, 4) if lookups else 0.0,
             "prefetches": totals.get("prefetches", 0) if kind == "human" else 0,
             "store_errors": totals.get(f"store_errors|{kind}", 0),
             "ttfb_ms": histogram_of(totals, f"ttfb|{kind}").summary(),
         }
-    requests = data["crawler"]["requests"] + data["human"]["requests"]
-    origin_total = origin_ms["crawler"] + origin_ms["human"]
+    requests = sum(data[kind]["requests"] for kind in CLASSES)
+    origin_total = sum(origin_ms.values())
     data["crawler_share"] = {
         "requests": round(data["crawler"]["requests"] / requests, 4) if requests else 0.0,
         "origin_time": round(origin_ms["crawler"] / origin_total, 4) if origin_total else 0.0,

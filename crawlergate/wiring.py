@@ -20,6 +20,7 @@ from crawlergate.gate.dirty import DirtyIndex
 from crawlergate.gate.engine import GateCore
 from crawlergate.gate.fill import Filler
 from crawlergate.gate.origin import OriginResponse
+from crawlergate.gate.valve import OverloadValve
 from crawlergate.gate.writes import WriteRules
 from crawlergate.keys import CacheKey, KeyMaker
 from crawlergate.metrics import Metrics
@@ -31,6 +32,7 @@ from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.memory import MemoryStore
+from crawlergate.suspect.judge import Judge
 
 # The dirty index lives beside the L2 pages (a name no page file can have), and so does serve's access log.
 DIRTY_INDEX_FILE = "dirty.sqlite3"
@@ -72,12 +74,16 @@ def build_core(
     classifier = classifier or Classifier.from_settings(
         settings.classify, extra_session_cookies=[name for profile in profiles for name in profile.session_cookies]
     )
+    cache = cache if cache is not None else build_cache(settings, Metrics(settings.metrics.shared_dir or None))
+    families = (family.name for family in classifier.ruleset.families)
     return GateCore(
         settings,
-        cache=cache if cache is not None else build_cache(settings, Metrics(settings.metrics.shared_dir or None)),
+        cache=cache,
         classifier=classifier,
         keys=KeyMaker.from_settings(settings, profiles),
         dirty=DirtyIndex(settings.cache_dir / DIRTY_INDEX_FILE, clock=clock),
+        judge=Judge.from_settings(settings, cache.metrics, families),
+        valve=OverloadValve(settings.valve),
         writes=WriteRules(rule for profile in profiles for rule in profile.writes),
         clock=clock,
     )

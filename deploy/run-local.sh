@@ -76,8 +76,12 @@ gate = sys.argv[1]
 googlebot = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
 
+# What a browser sends on a page load: without it a person's user agent alone makes a suspect (rules/evidence.toml).
+navigation = {"Accept": "text/html,*/*;q=0.8", "Accept-Language": "en", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
+
 def get(path, agent):
-    request = urllib.request.Request(gate + path, headers={"User-Agent": agent, "Accept-Encoding": "gzip"})
+    headers = {"User-Agent": agent, "Accept-Encoding": "gzip", **(navigation if agent == firefox else {})}
+    request = urllib.request.Request(gate + path, headers=headers)
     with urllib.request.urlopen(request, timeout=30) as answer:
         return answer.status, answer.headers["X-Crawlergate"]
 

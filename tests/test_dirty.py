@@ -26,13 +26,12 @@ from crawlergate.demo.forum import create_forum
 from crawlergate.demo.seed import seed_database
 from crawlergate.errors import ConfigError
 from crawlergate.gate.dirty import DirtyIndex
-from tests.conftest import ServerThread
+from tests.conftest import FIREFOX, ServerThread
 
 pytestmark = pytest.mark.anyio
 
 GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 TOKEN = "s3cret-token"
-FIREFOX = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"}
 
 
 class Clock:

@@ -19,12 +19,11 @@ import pytest
 
 from crawlergate import CrawlerGateMiddleware, CrawlerGateWSGI
 from crawlergate.config import AdminSettings, CacheSettings, L2Settings, Settings
-from tests.conftest import ServerThread
+from tests.conftest import FIREFOX, ServerThread
 
 pytestmark = pytest.mark.e2e
 
 GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
-FIREFOX = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"}
 TOKEN = "engine-token"
 
 

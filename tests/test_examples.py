@@ -24,8 +24,9 @@ import httpx
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from tests.conftest import FIREFOX, FIREFOX_UA
+
 GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
-FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
 MEMBER, PASSWORD = "alice", "wonderland"
 BASE_URL = "http://localhost"
 
@@ -56,7 +57,9 @@ class Browser:
         self.user_agent = user_agent
 
     def request(self, method: str, path: str, *, user_agent: str | None = None, **kwargs: Any) -> httpx.Response:
-        headers = {"user-agent": user_agent or self.user_agent}
+        user_agent = user_agent or self.user_agent
+        # A browser sends what a browser sends on a page load (the gate's evidence looks for it).
+        headers = {**FIREFOX, "user-agent": user_agent} if user_agent == FIREFOX_UA else {"user-agent": user_agent}
         request = self.client.build_request(method, path, headers=headers, **kwargs)
         if isinstance(self.client, httpx.AsyncClient):
             assert self.portal is not None
@@ -208,7 +211,7 @@ def test_example_crawler_gets_miss_then_l1_hit(example: Example) -> None:
 
 
 def test_example_guest_person_gets_the_site(example: Example) -> None:
-    person = example.browser(FIREFOX)
+    person = example.browser(FIREFOX_UA)
     for _ in range(2):
         page = person.get("/articles/1")
         assert (page.status_code, page.headers["x-crawlergate"]) == (200, "pass")
@@ -216,7 +219,7 @@ def test_example_guest_person_gets_the_site(example: Example) -> None:
 
 
 def test_example_member_sees_own_name_and_crawlers_never_get_it(example: Example) -> None:
-    member = example.browser(FIREFOX)
+    member = example.browser(FIREFOX_UA)
     crawler = example.browser(GOOGLEBOT)
     assert crawler.get("/articles/1").headers["x-crawlergate"] == "miss"
 
@@ -225,7 +228,7 @@ def test_example_member_sees_own_name_and_crawlers_never_get_it(example: Example
     assert logged_in.headers["x-crawlergate"] == "pass"
     # The member's own pages, also with a crawler's user agent: the session cookie means the live site.
     for path in ("/", "/articles/1", "/articles/2"):
-        for user_agent in (FIREFOX, GOOGLEBOT):
+        for user_agent in (FIREFOX_UA, GOOGLEBOT):
             page = member.get(path, user_agent=user_agent)
             assert (page.status_code, page.headers["x-crawlergate"]) == (200, "pass"), (path, user_agent)
             assert f"Hello, {MEMBER}" in page.text and "Hello, guest" not in page.text
@@ -241,7 +244,7 @@ def test_example_member_sees_own_name_and_crawlers_never_get_it(example: Example
 
 
 def test_example_wrong_password_is_refused(example: Example) -> None:
-    person = example.browser(FIREFOX)
+    person = example.browser(FIREFOX_UA)
     refused = _log_in(person, password="not-the-password")
     assert refused.status_code in (200, 401) and refused.headers["x-crawlergate"] == "pass"
     assert "Wrong user name or password." in refused.text
@@ -260,7 +263,7 @@ def test_example_django_login_needs_its_csrf_token(
         else _served_asgi(framework, asgi.create_application(cache_dir))
     )
     with served as example:
-        person = example.browser(FIREFOX)
+        person = example.browser(FIREFOX_UA)
         assert person.get("/login").headers["x-crawlergate"] == "pass"
         assert "csrftoken" in person.client.cookies
         forged = person.post("/login", data={"username": MEMBER, "password": PASSWORD})

@@ -23,13 +23,12 @@ from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.tools.analyze import crawler_share
 from crawlergate.tools.logparse import iter_records
 from tests.browser import chromium, has_horizontal_scroll, screenshot
-from tests.conftest import ServerThread, serve_process
+from tests.conftest import FIREFOX, ServerThread, serve_process
 
 pytestmark = pytest.mark.e2e
 
 GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 BINGBOT = "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)"
-FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +46,7 @@ def _send_known_traffic(gate: str) -> None:
     for thread in range(10, 13):
         httpx.get(f"{gate}/showthread.php?t={thread}", headers={"user-agent": BINGBOT})
     for thread in range(20, 27):
-        httpx.get(f"{gate}/showthread.php?t={thread}", headers={"user-agent": FIREFOX})
+        httpx.get(f"{gate}/showthread.php?t={thread}", headers=FIREFOX)
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -111,8 +110,9 @@ def test_serve_access_log_reads_back_with_the_same_crawler_share_as_stats(
     records = list(iter_records(log))
     assert len(lines) == len(records) == 20  # admin requests (healthz, stats) are neither counted nor logged
     crawler_lines = [line for line in lines if "Googlebot" in line or "bingbot" in line]
-    assert all(line.split()[-1] in ("miss", "l1-hit", "l2-hit") for line in crawler_lines)
-    assert all(int(line.split()[-2]) > 0 for line in lines)  # TTFB in microseconds
+    assert all(_tail(line)[1] in ("miss", "l1-hit", "l2-hit") for line in crawler_lines)
+    assert all(_tail(line)[2] in ("crawler:Googlebot", "crawler:Bingbot") for line in crawler_lines)
+    assert all(int(_tail(line)[0]) > 0 for line in lines)  # TTFB in microseconds
     assert {record.status for record in records} == {200}
     assert all(record.duration_s is not None for record in records)
     share = crawler_share(records, Classifier.from_settings(Settings().classify)).share("crawler", "requests")
@@ -150,7 +150,7 @@ def test_access_log_rotates_by_size_and_follows_a_moved_file(tmp_path: Path) -> 
     # The forwarded client from a trusted proxy; quotes, backslashes, control and non-ASCII bytes as nginx writes them.
     assert re.fullmatch(
         r'203\.0\.113\.9 - - \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d \+0000\] "GET /t%22x\?q=\\x22\\x5C\\xC3\\xA9\\x22 '
-        r'HTTP/1\.1" 200 10 "-" "Googlebot\\x01" 412 l1-hit',
+        r'HTTP/1\.1" 200 10 "-" "Googlebot\\x01" 412 l1-hit "human" "-"',
         line,
     ), line
 
@@ -167,10 +167,14 @@ def test_wsgi_gate_writes_the_access_log_when_configured(tmp_path: Path) -> None
     with httpx.Client(transport=httpx.WSGITransport(app=gate), base_url="http://site.test") as client:
         client.get("/a page?x=1", headers={"user-agent": GOOGLEBOT})
         client.get("/a page?x=1", headers={"user-agent": GOOGLEBOT})
-        client.get("/b", headers={"user-agent": FIREFOX, "referer": "http://site.test/a"})
+        client.get("/b", headers={**FIREFOX, "referer": "http://site.test/a"})
     gate.close()
     lines = (tmp_path / "wsgi.log").read_text().splitlines()
-    assert [line.split()[-1] for line in lines] == ["miss", "l1-hit", "pass"]
+    assert [_tail(line)[1:] for line in lines] == [
+        ("miss", "crawler:Googlebot", "-"),
+        ("l1-hit", "crawler:Googlebot", "-"),
+        ("pass", "human", "-"),
+    ]
     # The crawler got the stored gzip (40 bytes), the person the site's own 24 bytes.
     assert '"GET /a%20page?x=1 HTTP/1.1" 200 40 "-"' in lines[0]
     assert '"GET /b HTTP/1.1" 200 24 "http://site.test/a"' in lines[2]
@@ -227,7 +231,7 @@ async def test_asgi_gate_without_lifespan_writes_its_access_log(tmp_path: Path) 
     assert gate.access_log is not None
     gate.access_log.close()
     (line,) = (tmp_path / "asgi.log").read_text().splitlines()
-    assert '"GET /showthread.php?t=1 HTTP/1.1" 200' in line and line.endswith(" miss")
+    assert '"GET /showthread.php?t=1 HTTP/1.1" 200' in line and line.endswith(' miss "crawler:Googlebot" "-"')
 
 
 def test_access_log_lines_stay_one_bounded_line_whatever_the_request_carries(tmp_path: Path) -> None:
@@ -249,6 +253,13 @@ def test_access_log_lines_stay_one_bounded_line_whatever_the_request_carries(tmp
     assert len(line) < 3 * MAX_FIELD_BYTES + 200
     client = line.split(b" ", 1)[0]
     assert client.startswith(b"6.6.6.6\\x20-\\x20-") and b'"' not in client  # one field, not a forged line
-    assert line.endswith(b'..." 1000 miss') and b'"\\x22\\x5C"' in line
+    assert line.endswith(b'..." 1000 miss "human" "-"') and b'"\\x22\\x5C"' in line
     (record,) = iter_records(tmp_path / "access.log")
     assert record.status == 200 and record.target.startswith("/aaa")
+
+
+def _tail(line: str) -> tuple[str, ...]:
+    """An access log line's last fields: TTFB (µs), outcome, verdict and reasons."""
+    match = re.search(r' (\d+) (\S+) "([^"]*)" "([^"]*)"$', line)
+    assert match is not None, line
+    return match.groups()

@@ -20,12 +20,11 @@ from crawlergate.config import CacheSettings, L1Settings, L2Settings, ServerSett
 from crawlergate.metrics import Metrics
 from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.memcached import MemcachedStore
-from tests.conftest import MemcachedServer
+from tests.conftest import FIREFOX, MemcachedServer
 
 pytestmark = pytest.mark.anyio
 
 GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
-FIREFOX = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"}
 PAGE = "<html><body>" + "a forum thread " * 1200 + "</body></html>"
 
 

@@ -15,13 +15,12 @@ import httpx
 import pytest
 
 from crawlergate.demo.forum import create_forum
-from tests.conftest import ServerThread, free_port, serve_process
+from tests.conftest import FIREFOX, ServerThread, free_port, serve_process
 
 pytestmark = pytest.mark.e2e
 
 CONFIG = Path(__file__).parent.parent / "deploy" / "nginx" / "crawlergate.conf"
 GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
-FIREFOX = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"}
 # Another loopback address, which the gate does not trust as a proxy (it trusts 127.0.0.1 and ::1): a visitor
 # from elsewhere, as far as nginx and the gate can tell.
 VISITOR = "127.0.0.2"

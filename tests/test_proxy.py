@@ -23,12 +23,11 @@ from starlette.routing import Route
 from crawlergate.adapters.proxy import create_app
 from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
 from crawlergate.demo.forum import create_forum
-from tests.conftest import RawHttpServer, ServerThread, free_port, serve_process
+from tests.conftest import FIREFOX, RawHttpServer, ServerThread, free_port, serve_process
 
 pytestmark = pytest.mark.e2e
 
 GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
-FIREFOX = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"}
 MB = 1024 * 1024
 
 
@@ -472,10 +471,12 @@ def test_proxy_refuses_targets_and_hosts_an_origin_must_not_see(raw_origin: RawH
     proxy = _proxy(raw_origin.url, tmp_path)
     try:
         answers = []
+        # A person's browser (a client without its headers would be a suspect, answered from the cache).
+        browser = "".join(f"{name}: {value}\r\n" for name, value in FIREFOX.items()).encode()
         for request in (
-            b"GET * HTTP/1.1\r\nHost: a\r\n\r\n",
-            b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
-            b"GET /x HTTP/1.1\r\nHost: good.example\r\nHost: evil.example\r\n\r\n",
+            b"GET * HTTP/1.1\r\nHost: a\r\n" + browser + b"\r\n",
+            b"OPTIONS * HTTP/1.1\r\nHost: a\r\n" + browser + b"\r\n",
+            b"GET /x HTTP/1.1\r\nHost: good.example\r\nHost: evil.example\r\n" + browser + b"\r\n",
         ):
             with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as raw:
                 raw.sendall(request)

@@ -10,9 +10,9 @@ import pytest
 
 from crawlergate import CrawlerGateWSGI
 from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
+from tests.conftest import FIREFOX
 
 GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
-FIREFOX = {"user-agent": "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"}
 
 
 def render(path: str) -> tuple[int, list[tuple[str, str]], bytes]:

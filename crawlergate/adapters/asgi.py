@@ -145,8 +145,15 @@ class CrawlerGateMiddleware:
             self._start_schedule()
         started = time.perf_counter()
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+        client = scope.get("client")
         decision = self.core.decide(
-            scope["method"], scope["path"], raw_path, scope.get("query_string", b""), scope["headers"]
+            scope["method"],
+            scope["path"],
+            raw_path,
+            scope.get("query_string", b""),
+            scope["headers"],
+            client[0] if client else None,
+            scope.get("scheme", "http"),
         )
         route = decision.route
         if route is Route.CRAWLER:
@@ -154,9 +161,9 @@ class CrawlerGateMiddleware:
         elif route is Route.PASS:
             method: str = scope["method"]
             if method in self.core.writes.methods:
-                await self._pass_write(scope, receive, send, decision.verdict, started)
+                await self._pass_write(scope, receive, send, decision, started)
                 return
-            status = await self._pass(scope, receive, send, decision.verdict, started)
+            status = await self._pass(scope, receive, send, decision, started)
             key = decision.key
             # Most human views are of pages L1 already holds: with the embedded L1 that is settled inline.
             if key is not None and self.core.should_prefetch(decision, status) and not self.cache.touch_local_l1(key):
@@ -164,11 +171,14 @@ class CrawlerGateMiddleware:
         elif route is Route.ADMIN:
             await self.admin(scope, receive, send)
         elif route is Route.PURGE:
-            client = scope.get("client")
             peer = client[0] if client else None
             query: bytes = scope.get("query_string", b"")
             answer = await anyio.to_thread.run_sync(self.core.purge, peer, scope["headers"], raw_path, query)
             await send_response(send, answer)
+        elif route is Route.DENY:
+            response = self.core.deny()
+            await send_response(send, response)
+            self._count(scope, decision.verdict, "denied", started, response, reasons=decision.reasons)
         else:
             response = plain_response(414, b"URI Too Long\n", outcome=b"pass")
             await send_response(send, response)
@@ -194,9 +204,16 @@ class CrawlerGateMiddleware:
             hit = b"%s-hit" % step.level.encode()
             served = await _answer(step.page, method, request, outcome=hit, now=now)
             await send_response(send, served)
-            self._count(scope, decision.verdict, f"{step.level}-hit", started, served, step.page.generation_ms)
+            self._count(
+                scope, decision.verdict, f"{step.level}-hit", started, served, step.page.generation_ms, decision.reasons
+            )
             return
         stale = step.stale
+        spared = self.core.spare_site(decision, stale, method, request)
+        if spared is not None:
+            await send_response(send, spared[0])
+            self._count(scope, decision.verdict, spared[1], started, spared[0], reasons=decision.reasons)
+            return
         result: Page | Unstored | None = None
         error: OriginError | None = None
         try:
@@ -212,18 +229,25 @@ class CrawlerGateMiddleware:
                 self.core.after_fill, key, result, error, stale, method, request
             )
         if response is None:
-            await self._pass(scope, receive, send, decision.verdict, started)
+            await self._pass(scope, receive, send, decision, started)
             return
         await send_response(send, response)
-        self._count(scope, decision.verdict, outcome, started, response)
+        self._count(scope, decision.verdict, outcome, started, response, reasons=decision.reasons)
 
     def _count(
-        self, scope: Scope, verdict: Verdict, outcome: str, started: float, response: Response, saved_ms: float = 0.0
+        self,
+        scope: Scope,
+        verdict: Verdict,
+        outcome: str,
+        started: float,
+        response: Response,
+        saved_ms: float = 0.0,
+        reasons: tuple[str, ...] = (),
     ) -> None:
         """Count an answer the gate gave itself, and log it."""
         ttfb_ms = self.metrics.record_for(verdict, outcome, started, saved_ms)
         if self.access_log is not None:
-            self.access_log.log(scope, response[0], len(response[2]), ttfb_ms, outcome)
+            self.access_log.log(scope, response[0], len(response[2]), ttfb_ms, outcome, verdict, reasons)
 
     def _fetch(self, key: CacheKey, scope: Scope) -> Awaitable[OriginResponse]:
         """The guest sub-request for the visitor of ``scope``."""
@@ -240,17 +264,26 @@ class CrawlerGateMiddleware:
         """A regeneration's guest sub-request: no visitor, the site as configured (or as crawlers last named it)."""
         return self.origin.fetch_guest(key.target, client=None, arrived_at=self._arrived_at)
 
-    async def _pass(self, scope: Scope, receive: Receive, send: Send, verdict: Verdict, started: float) -> int:
+    async def _pass(self, scope: Scope, receive: Receive, send: Send, decision: Decision, started: float) -> int:
+        """Pass the request to the site, marked and counted; the status it answered."""
         status = 0
         ttfb_ms = -1.0
         sent = 0
         access_log = self.access_log
+        verdict = decision.verdict
+        valve = self.core.valve
+        client = decision.client
 
         async def send_marked(message: Message) -> None:
             nonlocal status, ttfb_ms, sent
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []), (b"x-crawlergate", b"pass")]
+                headers = message.get("headers", [])
+                if client is not None and any(name.lower() == b"set-cookie" for name, _ in headers):
+                    self.core.judge.cookie_offered(client)
+                message["headers"] = [*headers, (b"x-crawlergate", b"pass")]
+                if decision.key is not None:  # a page: the site's speed (static files would flatter it)
+                    valve.sample((time.perf_counter() - started) * 1000)
             elif message["type"] == "http.response.body":
                 if ttfb_ms < 0:
                     ttfb_ms = self.metrics.record_for(verdict, "pass", started)
@@ -258,20 +291,24 @@ class CrawlerGateMiddleware:
                 if not message.get("more_body", False):
                     self.metrics.add_origin_time(verdict.kind, (time.perf_counter() - started) * 1000)
                     if access_log is not None:
-                        access_log.log(scope, status, sent, ttfb_ms, "pass")
+                        access_log.log(scope, status, sent, ttfb_ms, "pass", verdict, decision.reasons)
             await send(message)
 
-        await self.app(scope, receive, send_marked)
+        valve.entered()
+        try:
+            await self.app(scope, receive, send_marked)
+        finally:
+            valve.left()
         return status
 
-    async def _pass_write(self, scope: Scope, receive: Receive, send: Send, verdict: Verdict, started: float) -> None:
+    async def _pass_write(self, scope: Scope, receive: Receive, send: Send, decision: Decision, started: float) -> None:
         """Pass an unsafe request on; when it succeeded, mark the pages the write rules say it changed."""
         method, path = scope["method"], scope["path"]
         form: bytearray | None = None
         if self.core.writes.wants_form(method, path) and _is_form(scope["headers"]):
             form = bytearray()
             receive = _teed(receive, form)
-        status = await self._pass(scope, receive, send, verdict, started)
+        status = await self._pass(scope, receive, send, decision, started)
         if 200 <= status < 400:
             fields = form_fields(bytes(form)) if form is not None else None
             query: bytes = scope.get("query_string", b"")

@@ -146,7 +146,15 @@ class CrawlerGateWSGI:
         if self.access_log is not None:
             environ[WSGI_TARGET] = raw_path + b"?" + query if query else raw_path
         headers = _request_headers(environ)
-        decision = self.core.decide(method, environ.get("PATH_INFO", "/") or "/", raw_path, query, headers)
+        decision = self.core.decide(
+            method,
+            environ.get("PATH_INFO", "/") or "/",
+            raw_path,
+            query,
+            headers,
+            environ.get("REMOTE_ADDR"),
+            environ.get("wsgi.url_scheme", "http"),
+        )
         if decision.route is Route.CRAWLER:
             return self._serve_crawler(environ, start_response, decision, started)
         if decision.route is Route.PASS:
@@ -156,6 +164,10 @@ class CrawlerGateWSGI:
         if decision.route is Route.ADMIN:
             path, peer = environ.get("PATH_INFO", ""), environ.get("REMOTE_ADDR")
             response = self.admin.respond(path, method, peer, headers, _admin_body(environ))
+            return _respond(start_response, response)
+        if decision.route is Route.DENY:
+            response = self.core.deny()
+            self._count(environ, decision.verdict, "denied", started, response, reasons=decision.reasons)
             return _respond(start_response, response)
         response = plain_response(414, b"URI Too Long\n", outcome=b"pass")
         self._count(environ, HUMAN, "pass", started, response)
@@ -174,8 +186,13 @@ class CrawlerGateWSGI:
         if isinstance(step, Found):
             hit = b"%s-hit" % step.level.encode()
             served = page_response(step.page, method, decision.headers, outcome=hit, now=now)
-            self._count(environ, decision.verdict, f"{step.level}-hit", started, served, step.page.generation_ms)
+            outcome = f"{step.level}-hit"
+            self._count(environ, decision.verdict, outcome, started, served, step.page.generation_ms, decision.reasons)
             return _respond(start_response, served)
+        spared = self.core.spare_site(decision, step.stale, method, decision.headers)
+        if spared is not None:
+            self._count(environ, decision.verdict, spared[1], started, spared[0], reasons=decision.reasons)
+            return _respond(start_response, spared[0])
         client = self.core.client_address(
             environ.get("REMOTE_ADDR"), [(b"x-forwarded-for", environ.get("HTTP_X_FORWARDED_FOR", "").encode())]
         )
@@ -188,7 +205,7 @@ class CrawlerGateWSGI:
         response, outcome = self.core.after_fill(key, filled.result, filled.error, step.stale, method, decision.headers)
         if response is None:
             return self._pass(environ, start_response, decision, started)
-        self._count(environ, decision.verdict, outcome, started, response)
+        self._count(environ, decision.verdict, outcome, started, response, reasons=decision.reasons)
         return _respond(start_response, response)
 
     def _count(
@@ -199,22 +216,29 @@ class CrawlerGateWSGI:
         started: float,
         response: Response,
         saved_ms: float = 0.0,
+        reasons: tuple[str, ...] = (),
     ) -> None:
         """Count an answer the gate gave itself, and log it."""
         ttfb_ms = self.metrics.record_for(verdict, outcome, started, saved_ms)
         if self.access_log is not None:
-            self.access_log.log(environ, response[0], len(response[2]), ttfb_ms, outcome)
+            self.access_log.log(environ, response[0], len(response[2]), ttfb_ms, outcome, verdict, reasons)
 
     def _pass(
         self, environ: WSGIEnvironment, start_response: StartResponse, decision: Decision, started: float
     ) -> Iterable[bytes]:
         status_code = 0
+        valve = self.core.valve
+        client = decision.client
 
         def start_marked(
             status: str, headers: list[tuple[str, str]], exc_info: Any = None
         ) -> Callable[[bytes], object]:
             nonlocal status_code
             status_code = int(status.split(" ", 1)[0])
+            if client is not None and any(name.lower() == "set-cookie" for name, _ in headers):
+                self.core.judge.cookie_offered(client)
+            if decision.key is not None:  # a page: the site's speed (static files would flatter it)
+                valve.sample((time.perf_counter() - started) * 1000)
             return start_response(status, [*headers, ("X-Crawlergate", "pass")], exc_info)
 
         method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/") or "/"
@@ -222,9 +246,15 @@ class CrawlerGateWSGI:
         is_form = environ.get("CONTENT_TYPE", "").lower().encode("latin-1").startswith(FORM_TYPES)
         if is_form and method in self.core.writes.methods and self.core.writes.wants_form(method, path):
             form = environ["wsgi.input"] = _TeedInput(environ["wsgi.input"])
-        body = self.app(environ, start_marked)
+        valve.entered()
+        try:
+            body = self.app(environ, start_marked)
+        except BaseException:
+            valve.left()
+            raise
 
         def after_close() -> None:
+            valve.left()
             self.metrics.add_origin_time(decision.kind, (time.perf_counter() - started) * 1000)
             if decision.key is not None and self.core.should_prefetch(decision, status_code):
                 self._in_background(self.cache.prefetch, decision.key)
@@ -236,7 +266,9 @@ class CrawlerGateWSGI:
         measured = _Measured(body, lambda: self.metrics.record_for(decision.verdict, "pass", started), after_close)
         if self.access_log is not None:
             access_log = self.access_log
-            measured.on_done = lambda: access_log.log(environ, status_code, measured.sent, measured.ttfb_ms, "pass")
+            measured.on_done = lambda: access_log.log(
+                environ, status_code, measured.sent, measured.ttfb_ms, "pass", decision.verdict, decision.reasons
+            )
         return measured
 
     def _in_background(self, work: Callable[..., object], *args: Any) -> None:

@@ -12,6 +12,7 @@ not a sleep. URLs look like the vBulletin forum of the paper: ``/showthread.php?
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import hmac
 import html
@@ -68,6 +69,7 @@ class Forum:
                 Route("/showthread.php", self._page(self.thread)),
                 Route("/member.php", self._page(self.member)),
                 Route("/sitemap.xml", self.sitemap),
+                Route("/feed.rss", self.feed),
                 Route("/login", self.login, methods=["GET", "POST"]),
                 Route("/logout", self.logout),
                 Route("/newreply.php", self.reply, methods=["POST"]),
@@ -178,6 +180,25 @@ class Forum:
         xml = f'<?xml version="1.0" encoding="UTF-8"?><urlset xmlns="{namespace}">{urls}</urlset>'
         return Response(xml, media_type="application/xml")
 
+    def feed(self, request: Request) -> Response:
+        """The latest threads as RSS 2.0, what feed readers poll."""
+        _burn(self._rounds)
+        rows = self.db.execute(
+            "SELECT id, title, last_post_at FROM threads ORDER BY last_post_at DESC LIMIT 20"
+        ).fetchall()
+        base = f"{request.url.scheme}://{request.url.netloc}"
+        items = "".join(
+            f"<item><title>{_e(title)}</title><link>{base}/showthread.php?t={thread}</link>"
+            f"<guid>{base}/showthread.php?t={thread}</guid>"
+            f"<pubDate>{email.utils.formatdate(last_post, usegmt=True)}</pubDate></item>"
+            for thread, title, last_post in rows
+        )
+        rss = (
+            '<?xml version="1.0" encoding="UTF-8"?><rss version="2.0"><channel><title>Forum</title>'
+            f"<link>{base}/</link><description>Latest threads</description>{items}</channel></rss>"
+        )
+        return Response(rss, media_type="application/rss+xml")
+
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
             return HTMLResponse(
@@ -271,6 +292,7 @@ def _layout(title: str, body: str, member: int | None, unread: int) -> str:
         )
     return (
         f'<!doctype html><html><head><title>{_e(title)}</title><link rel="stylesheet" href="/static/forum.css">'
+        '<link rel="alternate" type="application/rss+xml" title="Latest threads" href="/feed.rss">'
         f'</head><body><header><a href="/">Forum</a> · {who}</header>{body}</body></html>'
     )
 

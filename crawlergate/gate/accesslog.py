@@ -1,9 +1,11 @@
 """The access log: one line per request, the combined format plus TTFB and the gate's outcome.
 
 Like varnishncsa's, each line is what nginx and Apache write in their combined format, followed by
-the time to first byte in microseconds (Apache's ``%D``) and the ``X-Crawlergate`` outcome::
+the time to first byte in microseconds (Apache's ``%D``), the ``X-Crawlergate`` outcome, what the
+gate made of the request (class, and family) and the evidence that made a suspect::
 
-    203.0.113.9 - - [24/Nov/2026:18:30:00 +0000] "GET /t/1 HTTP/1.1" 200 5120 "-" "Googlebot/2.1" 412 l1-hit
+    203.0.113.9 - - [24/Nov/2026:18:30:00 +0000] "GET /t/1 HTTP/1.1" 200 5120 "-" "Googlebot/2.1" 412 l1-hit \
+        "crawler:Googlebot" "-"
 
 so ``crawlergate analyze`` and ``replay`` (and any log tool) read it back. The request path formats
 its line (bytes as they came: 1.5 µs in a tight loop, about 4 µs between real requests) and queues
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlergate.errors import ConfigError
+from crawlergate.metrics import Classified
 
 logger = logging.getLogger(__name__)
 
@@ -85,12 +88,23 @@ class AccessLog:
             self._thread = threading.Thread(target=self._run, name="crawlergate-access-log", daemon=True)
             self._thread.start()
 
-    def log(self, request: Mapping[str, Any], status: int, size: int, ttfb_ms: float, outcome: str) -> None:
-        """Queue the line of one request (an ASGI scope or a WSGI environ) and its answer."""
+    def log(
+        self,
+        request: Mapping[str, Any],
+        status: int,
+        size: int,
+        ttfb_ms: float,
+        outcome: str,
+        verdict: Classified | None = None,
+        reasons: tuple[str, ...] = (),
+    ) -> None:
+        """Queue the line of one request (an ASGI scope or a WSGI environ) and its answer; ``verdict`` is what the
+        gate made of it (a person when None) and ``reasons`` the evidence."""
         if len(self._lines) >= MAX_QUEUED:
             self.dropped += 1
             return
-        self._lines.append(self._line(request, status, size, ttfb_ms, outcome, time.time()))
+        judged = _judged(verdict.kind, verdict.family, reasons) if verdict is not None else _PERSON
+        self._lines.append(self._line(request, status, size, ttfb_ms, outcome, judged, time.time()))
 
     def reopen(self) -> None:
         """Open the file again at the next batch (SIGHUP, after logrotate moved it)."""
@@ -182,11 +196,18 @@ class AccessLog:
         self._inode = (stat.st_dev, stat.st_ino)
 
     def _line(
-        self, request: Mapping[str, Any], status: int, size: int, ttfb_ms: float, outcome: str, epoch: float
+        self,
+        request: Mapping[str, Any],
+        status: int,
+        size: int,
+        ttfb_ms: float,
+        outcome: str,
+        judged: bytes,
+        epoch: float,
     ) -> bytes:
         """The line of one request, as bytes (headers and path stay as they came, nothing decoded)."""
         if "wsgi.version" in request:
-            return self._wsgi_line(request, status, size, ttfb_ms, outcome, epoch)
+            return self._wsgi_line(request, status, size, ttfb_ms, outcome, judged, epoch)
         headers = request["headers"]
         referer = agent = b""
         forwarded = False
@@ -205,10 +226,17 @@ class AccessLog:
         query: bytes = request.get("query_string", b"")
         target = raw + b"?" + query if query else raw
         return _format(client, epoch, request["method"], target, request.get("http_version", "1.1"), status, size,
-                       referer, agent, ttfb_ms, outcome)  # fmt: skip
+                       referer, agent, ttfb_ms, outcome, judged)  # fmt: skip
 
     def _wsgi_line(
-        self, environ: Mapping[str, Any], status: int, size: int, ttfb_ms: float, outcome: str, epoch: float
+        self,
+        environ: Mapping[str, Any],
+        status: int,
+        size: int,
+        ttfb_ms: float,
+        outcome: str,
+        judged: bytes,
+        epoch: float,
     ) -> bytes:
         forwarded = environ.get("HTTP_X_FORWARDED_FOR")
         client = self._client_of(
@@ -226,6 +254,7 @@ class AccessLog:
             environ.get("HTTP_USER_AGENT", "").encode("latin-1", "replace"),
             ttfb_ms,
             outcome,
+            judged,
         )
 
 
@@ -258,11 +287,12 @@ def _format(
     agent: bytes,
     ttfb_ms: float,
     outcome: str,
+    judged: bytes,
 ) -> bytes:
-    """One combined-format line, then the TTFB in microseconds and the outcome."""
+    """One combined-format line, then the TTFB in microseconds, the outcome, the verdict and its reasons."""
     if _UNSAFE.search(target) or len(target) > MAX_FIELD_BYTES:
         target = _escaped(target)
-    return b'%s - - [%s] "%s %s HTTP/%s" %d %d %s %d %s\n' % (
+    return b'%s - - [%s] "%s %s HTTP/%s" %d %d %s %d %s %s\n' % (
         _client(client or "-"),
         _stamp(int(epoch)),
         _text(method),
@@ -273,6 +303,7 @@ def _format(
         _quoted_pair(referer, agent),
         int(ttfb_ms * 1000),
         _text(outcome),
+        judged,
     )
 
 
@@ -283,6 +314,17 @@ _REMEMBERED_PAIR_BYTES = 1024
 # What a client address may hold. It is what a trusted proxy's X-Forwarded-For named, so anything else
 # (spaces, quotes: a forged line) is escaped like a quoted field.
 _ADDRESS = re.compile(r"[0-9A-Za-z:._%-]{1,64}")
+
+
+@functools.lru_cache(maxsize=_REPEATED)
+def _judged(kind: str, family: str, reasons: tuple[str, ...]) -> bytes:
+    """``"class:family" "reason,reason"``: what the gate made of the request, and the evidence."""
+    label = f"{kind}:{family}" if family else kind
+    because = ",".join(reasons)
+    return b'"%s" "%s"' % (_escaped(_text(label)), _escaped(_text(because)) or b"-")
+
+
+_PERSON = b'"human" "-"'
 
 
 @functools.lru_cache(maxsize=_REPEATED)

@@ -16,7 +16,7 @@ import enum
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -31,9 +31,12 @@ from crawlergate.gate.dirty import DirtyIndex, IndexUnavailable
 from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.gate.origin import OriginResponse, PageTooLarge, PublicSite
 from crawlergate.gate.storable import StoragePolicy, StoreVerdict
+from crawlergate.gate.valve import OverloadValve
 from crawlergate.gate.writes import WriteRules
 from crawlergate.keys import CacheKey, KeyMaker
 from crawlergate.page import Page
+from crawlergate.suspect.judge import PERSON, Judge
+from crawlergate.suspect.policy import Action
 
 # Fills after which a stored copy of any age is better than what the site sent.
 _FAILED_FILL = ("origin-error", "incomplete", "empty", "redirect-to-self")
@@ -48,15 +51,19 @@ class Route(enum.Enum):
     TOO_LONG = "too-long"  # refused with 414
     PASS = "pass"  # to the site untouched
     PURGE = "purge"  # a site's HTTP PURGE: marks pages changed
-    CRAWLER = "crawler"  # a crawler's cacheable GET/HEAD: answered from the cache
+    CRAWLER = "crawler"  # a crawler's or suspect's cacheable GET/HEAD: answered from the cache
+    DENY = "deny"  # refused with 403 by the policy table
 
 
 class RequestHeaders:
     """The request headers the gate looks at, read in one pass over the raw (name, value) pairs."""
 
-    __slots__ = ("user_agent", "cookie", "authorization", "accept_encoding", "if_none_match", "if_modified_since")
+    __slots__ = (
+        "raw", "user_agent", "cookie", "authorization", "accept_encoding", "if_none_match", "if_modified_since"
+    )  # fmt: skip
 
-    def __init__(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
+    def __init__(self, headers: Sequence[tuple[bytes, bytes]]) -> None:
+        self.raw = headers  # the rest, read only when a visitor is judged
         self.user_agent = b""
         self.cookie = b""
         self.authorization = False
@@ -97,6 +104,13 @@ class Decision:
     verdict: Verdict
     key: CacheKey | None
     headers: RequestHeaders
+    # The evidence (rule names) that made a suspect, for the access log.
+    reasons: tuple[str, ...] = ()
+    # The policy's cache-only: a miss is answered 503, the site untouched.
+    cache_only: bool = False
+    # The client's address when the judge needed it (a page a person may have asked for): its answer's
+    # Set-Cookie is noted for it.
+    client: str | None = None
 
     @property
     def kind(self) -> str:
@@ -122,6 +136,8 @@ class GateCore:
         classifier: crawler or human.
         keys: URL to cache key, with the site profiles' rules.
         dirty: the marks of changed pages, beside L2.
+        judge: evidence, verification and the policy table (crawlergate.suspect).
+        valve: the crawler-only overload valve.
         writes: the write rules: the pages a successful unsafe request changes.
         clock: wall-clock time (page ages are persisted in L2), injectable for tests.
     """
@@ -134,6 +150,8 @@ class GateCore:
         classifier: Classifier,
         keys: KeyMaker,
         dirty: DirtyIndex,
+        judge: Judge,
+        valve: OverloadValve,
         writes: WriteRules | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -144,6 +162,10 @@ class GateCore:
         self.keys = keys
         self.dirty = dirty
         self.writes = writes or WriteRules(())
+        self.judge = judge
+        self.valve = valve
+        self._static_extensions = keys.rules.static_extensions
+        self._retry_after = str(settings.policy.retry_after_seconds).encode()
         self._purgers = TrustedProxies(settings.admin.purgers)
         self._max_stale_s = settings.cache.max_stale_seconds
         self.storage = StoragePolicy(settings.cache, self.keys)
@@ -188,9 +210,19 @@ class GateCore:
         self.dirty.close()
 
     def decide(
-        self, method: str, path: str, raw_path: bytes, query: bytes, headers: Iterable[tuple[bytes, bytes]]
+        self,
+        method: str,
+        path: str,
+        raw_path: bytes,
+        query: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        peer: str | None = None,
+        scheme: str = "http",
     ) -> Decision:
-        """Route one request: admin, too long, pass through, or a crawler's cacheable page."""
+        """Route one request: admin, too long, pass through, denied, or a crawler's (or suspect's) cacheable page.
+
+        ``peer`` is the connection's address and ``scheme`` its scheme: the judge needs the client behind them.
+        """
         if not self._started:
             self.start()  # first request of an app that ran no lifespan
         request = RequestHeaders(headers)
@@ -200,16 +232,58 @@ class GateCore:
             return Decision(Route.PURGE, HUMAN, None, request)
         if len(raw_path) + len(query) > self.settings.cache.max_target_chars:
             return Decision(Route.TOO_LONG, HUMAN, None, request)
-        verdict = self.classifier.classify_request(
-            request.user_agent, cookie=request.cookie, authorization=request.authorization
-        )
         key = self.keys.key_for(raw_path, query) if method in ("GET", "HEAD") else None
+        if request.authorization or (request.cookie and self.classifier.has_session_cookie(request.cookie)):
+            return Decision(Route.PASS, HUMAN, key, request)  # a session: the live site, whatever the evidence
+        verdict = self.classifier.classify(request.user_agent)
+        judge = self.judge
         if verdict.is_crawler:
-            if key is not None:
-                return Decision(Route.CRAWLER, verdict, key, request)
-            if method in ("GET", "HEAD"):
+            if judge.needs_client(verdict):
+                judgement = judge.claimant(verdict, self.trusted.client(peer, headers))
+            else:
+                judgement = judge.judged(verdict)
+        elif key is not None and judge.rules is not None:
+            client = self.trusted.client(peer, headers)
+            judgement = judge.visitor(
+                request.user_agent,
+                headers,
+                client,
+                secure=self._secure(scheme, peer, headers),
+                deep=path != "/",
+                now=self.clock(),
+            )
+            if judgement is PERSON:
+                return Decision(Route.PASS, HUMAN, key, request, client=client)
+        else:
+            if judge.sketch is not None and method == "GET":
+                static = path.lower().endswith(self._static_extensions)
+                judge.asset(headers, static, self.trusted.client(peer, headers))
+            return Decision(Route.PASS, HUMAN, key, request)
+        action = judgement.action
+        verdict = judgement.verdict
+        if action is Action.DENY:
+            return Decision(Route.DENY, verdict, key, request, judgement.reasons)
+        if key is None or action is Action.LIVE:
+            if key is None and method in ("GET", "HEAD"):
                 self.metrics.count_not_stored("excluded")
-        return Decision(Route.PASS, verdict, key, request)
+            return Decision(Route.PASS, verdict, key, request, judgement.reasons)
+        return Decision(Route.CRAWLER, verdict, key, request, judgement.reasons, action is Action.CACHE_ONLY)
+
+    def _secure(self, scheme: str, peer: str | None, headers: Sequence[tuple[bytes, bytes]]) -> bool:
+        """Whether the browser's origin is a secure one (https, or loopback), to which browsers send fetch metadata
+        and client hints."""
+        if scheme == "https":
+            return True
+        trusted = peer in self.trusted
+        for name, value in headers:
+            if name == b"x-forwarded-proto" and trusted:
+                if value.strip().lower() == b"https":
+                    return True
+            elif name == b"host":
+                host = value.rpartition(b":")[0] if value.count(b":") == 1 else value
+                if host.lower() in (b"localhost", b"[::1]") or host.startswith(b"127."):
+                    return True
+        return False
 
     def is_admin_path(self, path: str) -> bool:
         return path == self._admin_prefix or path.startswith(self._admin_prefix + "/")
@@ -219,12 +293,15 @@ class GateCore:
         return self.trusted.client(peer, headers)
 
     def should_prefetch(self, decision: Decision, status: int) -> bool:
-        """A human's successful view of a page that L2 holds (the index answers; no disk access).
-
-        A passed request with a cache key is a human's: a crawler's cacheable GET takes the crawler route.
-        """
+        """A human's successful view of a page that L2 holds (the index answers; no disk access)."""
         key = decision.key
-        return decision.route is Route.PASS and key is not None and status == 200 and self.cache.l2.contains(key.digest)
+        return (
+            decision.route is Route.PASS
+            and key is not None
+            and status == 200
+            and decision.verdict.kind == "human"
+            and self.cache.l2.contains(key.digest)
+        )
 
     def serve_or_fill(self, key: CacheKey, found: Found | None, now: float) -> Found | Fill:
         """A crawler's cached page to serve, or the instruction to fill its key (with the copy to fall back on).
@@ -247,6 +324,23 @@ class GateCore:
         if now - stale_since <= self._max_stale_s:
             return found
         return Fill(page)
+
+    def spare_site(
+        self, decision: Decision, stale: Page | None, method: str, request: RequestHeaders
+    ) -> tuple[Response, str] | None:
+        """Before a crawler's fill: the answer to give instead when the site must be spared (a cache-only policy, or
+        the overload valve), with its outcome; None: fill. A stored copy of any age is served before a 503."""
+        if not decision.cache_only and not self.valve.shedding():
+            return None
+        if stale is not None:
+            return page_response(stale, method, request, outcome=b"stale", now=self.clock()), "stale"
+        self.metrics.count("refused|cache-only" if decision.cache_only else "refused|valve")
+        message = b"Not stored yet; please come back later.\n" if decision.cache_only else b"The site is busy.\n"
+        return plain_response(503, message, outcome=b"miss", retry_after=self._retry_after), "refused"
+
+    def deny(self) -> Response:
+        """The policy's 403."""
+        return plain_response(403, b"This site does not serve this client.\n", outcome=b"deny")
 
     def note_demand(self, key: CacheKey, now: float) -> bool:
         """Count a crawler's request for ``key``; True when the dirty index's upkeep is due (``dirty.upkeep``, to be
@@ -283,6 +377,8 @@ class GateCore:
 
     def stats(self) -> dict[str, object]:
         data = self.metrics.snapshot()
+        data["valve"] = {**self.valve.status(), "refused": data.pop("refused")}
+        data["evidence"] = {**data["evidence"], **self.judge.status()}
         data["dirty"] = self.dirty_count()
         data.update(self.cache.usage())
         if self.more_stats is not None:

@@ -56,6 +56,7 @@ class Filler:
     def __init__(self, core: GateCore, *, threads: int = FILL_THREADS) -> None:
         self.core = core
         self.metrics = core.metrics
+        self.valve = core.valve
         self.timeout_s = core.settings.cache.fill_timeout_seconds
         self._async_fills: dict[str, asyncio.Future[Page | Unstored]] = {}
         self._blocking_fills: dict[str, _Flight] = {}
@@ -121,11 +122,14 @@ class Filler:
     ) -> Page | Unstored:
         fetched_at = self.core.clock()
         started = time.perf_counter()
+        self.valve.entered()
         try:
             response = await fetch()
         except OriginError as exc:
             self._count_failure(exc, started)
             raise
+        finally:
+            self.valve.left(None)  # a fill's time counts below, whole (the valve hears people's TTFB too)
         generation_ms = self._count_fetch(started)
         # Compressing and hashing a big page takes the event loop for a while (297 ms for 8 MB): a thread.
         if len(response.body) > INLINE_PAGE_BYTES:
@@ -139,11 +143,14 @@ class Filler:
     def _fetch_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> Page | Unstored:
         fetched_at = self.core.clock()
         started = time.perf_counter()
+        self.valve.entered()
         try:
             response = fetch()
         except OriginError as exc:
             self._count_failure(exc, started)
             raise
+        finally:
+            self.valve.left(None)
         judged = self.core.judge_fill(key, response, generation_ms=self._count_fetch(started))
         if isinstance(judged, Page):
             self.core.store(key, judged, fetched_at)
@@ -153,6 +160,7 @@ class Filler:
         """Count one guest sub-request that the site answered; its time in milliseconds."""
         elapsed_ms = (time.perf_counter() - started) * 1000
         self.metrics.record_origin(elapsed_ms)
+        self.valve.sample(elapsed_ms)
         return elapsed_ms
 
     def _count_failure(self, error: OriginError, started: float) -> None:

@@ -149,14 +149,17 @@ def _duration_field(rows: list[list[tuple[str, bool]]], extra: int) -> tuple[int
         only = [time_value(row[0][0]) for row in rows if row and not row[0][1]]
         if only and all(number is not None and "." not in number for number in only):
             return 0, "us"
-    # crawlergate's own access log (and varnishncsa's like it): %D, then the X-Crawlergate outcome.
-    if extra == 2 and all(len(row) == 2 and row[0][0].isdigit() and row[1][0] in _GATE_OUTCOMES for row in rows):
+    # crawlergate's own access log (and varnishncsa's like it): %D, then the X-Crawlergate outcome (and, since
+    # issue 16, the verdict and its evidence, quoted).
+    if extra in (2, 4) and all(
+        len(row) == extra and row[0][0].isdigit() and row[1][0] in _GATE_OUTCOMES for row in rows
+    ):
         return 0, "us"
     return None, "s"
 
 
 # The X-Crawlergate outcomes (crawlergate.metrics.OUTCOMES) and "-" for an answer without one.
-_GATE_OUTCOMES = frozenset(("l1-hit", "l2-hit", "miss", "stale", "pass", "error", "-"))
+_GATE_OUTCOMES = frozenset(("l1-hit", "l2-hit", "miss", "stale", "pass", "error", "refused", "denied", "-"))
 
 
 def _not_a_log(lines: list[str]) -> str:

@@ -268,10 +268,19 @@ class _Target:
             target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         # A log keeps what the client sent, spaces and quotes included; the wire needs them escaped.
         target = self.prefix + quote(target if target.startswith("/") else "/" + target, safe=_TARGET_SAFE)
+        # A person's request carries what their browser sends on a page load, as it did when the log was written:
+        # without it the gate would take the replayed people for scrapers borrowing their user agents.
+        navigation = _NAVIGATION if request.kind == "human" else ""
         return (
             f"{request.method} {target} HTTP/1.1\r\nHost: {self.authority}\r\nUser-Agent: {agent}\r\n"
-            "Accept-Encoding: gzip\r\n\r\n"
+            f"Accept-Encoding: gzip\r\n{navigation}\r\n"
         ).encode("latin-1", "replace")
+
+
+_NAVIGATION = (
+    "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\r\nAccept-Language: en-US,en;q=0.5\r\n"
+    "Sec-Fetch-Mode: navigate\r\nSec-Fetch-Dest: document\r\nSec-Fetch-Site: none\r\n"
+)
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:

@@ -1,0 +1,1 @@
+"""Crawlers that hide behind browser user agents: evidence, verified search engines, the policy table."""

@@ -1,0 +1,206 @@
+"""One verdict and one action per request: who claims what, what the evidence says, what the policy gives.
+
+The user-agent classifier has spoken first. A session (cookie or credentials) is a person and
+never judged. A crawler whose family publishes its addresses is verified against them; a
+claimant from elsewhere is a suspect ("unverified claimant"). A request the user agent calls
+human, for a page the cache could serve, is weighed: its own headers (``evidence.py``) and its
+address's and network's recent behaviour (``sketch.py``); at the threshold it is a suspect
+(family ``hidden``). The policy table then gives the action.
+
+    judge = Judge.from_settings(settings, metrics, families)
+    judgement = judge.claimant(verdict, client)           # a crawler by its user agent
+    judgement = judge.visitor(user_agent, headers, client, secure=True, deep=True, now=time.time())
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from crawlergate.classify import HUMAN, Verdict
+from crawlergate.config import Settings
+from crawlergate.metrics import Metrics
+from crawlergate.rules import default_rules_dir
+from crawlergate.suspect.evidence import EvidenceRules, browser_claim, load_evidence_rules
+from crawlergate.suspect.policy import Action, Policy, load_policy
+from crawlergate.suspect.ranges import CrawlerRanges, default_ranges_file, load_ranges
+from crawlergate.suspect.rdns import ReverseDns
+from crawlergate.suspect.sketch import BehaviourSketch
+
+SUSPECT_BY_EVIDENCE = Verdict("suspect", "hidden", "evidence")
+UNVERIFIED_CLAIMANT = Verdict("suspect", "hidden", "unverified-claimant")
+# Sec-Fetch-Dest of the requests a page load makes for its parts.
+_ASSET_DESTINATIONS = frozenset((b"style", b"script", b"image", b"font", b"audio", b"video", b"track", b"manifest"))
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """The verdict, the action the policy gives it, and the evidence (rule names) that made it."""
+
+    verdict: Verdict
+    action: Action
+    reasons: tuple[str, ...] = ()
+
+
+PERSON = Judgement(HUMAN, Action.LIVE)
+
+
+class Judge:
+    """Evidence, verification and policy for one gate process.
+
+    Parameters:
+        policy: the policy table.
+        metrics: where suspects, reasons and claimants are counted.
+        rules: the evidence rules; None turns suspicion by evidence off.
+        sketch: the behaviour sketch (with ``rules``).
+        ranges: the published crawler addresses; None verifies nobody.
+        dns: reverse DNS verification, or None.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        metrics: Metrics,
+        *,
+        rules: EvidenceRules | None = None,
+        sketch: BehaviourSketch | None = None,
+        ranges: CrawlerRanges | None = None,
+        dns: ReverseDns | None = None,
+    ) -> None:
+        self.policy = policy
+        self.metrics = metrics
+        self.rules = rules
+        self.sketch = sketch
+        self.ranges = ranges
+        self.dns = dns
+        self._headers = rules.headers if rules is not None else frozenset()
+        self._address_rules = tuple(rule for rule in rules.behaviours if rule.scope == "address") if rules else ()
+        self._network_rules = tuple(rule for rule in rules.behaviours if rule.scope == "network") if rules else ()
+        self._judgements: dict[tuple[Verdict, tuple[str, ...]], Judgement] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings, metrics: Metrics, families: Iterable[str] = ()) -> Judge:
+        """The judge the settings describe; raises ConfigError for a broken rules, policy or ranges file."""
+        rules_dir = Path(settings.classify.rules_dir) if settings.classify.rules_dir else default_rules_dir()
+        policy = load_policy(_in_rules(rules_dir, settings.policy.rules_file), frozenset(families))
+        rules = sketch = None
+        if settings.evidence.enabled:
+            rules = load_evidence_rules(_in_rules(rules_dir, settings.evidence.rules_file))
+            sketch = BehaviourSketch(settings.evidence.sketch_bytes, settings.evidence.half_life_seconds)
+        ranges_file = settings.verify.ranges_file
+        ranges = load_ranges(Path(ranges_file) if ranges_file else default_ranges_file())
+        dns = ReverseDns(cache_s=settings.verify.dns_cache_seconds) if settings.verify.reverse_dns else None
+        return cls(policy, metrics, rules=rules, sketch=sketch, ranges=ranges, dns=dns)
+
+    def judged(self, verdict: Verdict, reasons: tuple[str, ...] = ()) -> Judgement:
+        key = (verdict, reasons)
+        judgement = self._judgements.get(key)
+        if judgement is None:
+            if len(self._judgements) > 4096:
+                self._judgements.clear()
+            judgement = self._judgements[key] = Judgement(verdict, self.policy.action_for(verdict), reasons)
+        return judgement
+
+    def needs_client(self, verdict: Verdict) -> bool:
+        """Whether judging a crawler of ``verdict`` needs its address (its family publishes where it comes from)."""
+        ranges = self.ranges
+        return ranges is not None and ranges.verifiable(verdict.family, by_dns=self.dns is not None)
+
+    def claimant(self, verdict: Verdict, client: str | None) -> Judgement:
+        """A crawler by its user agent: believed if its family's addresses (or reverse DNS) say so."""
+        ranges = self.ranges
+        if ranges is None:
+            return self.judged(verdict)
+        verified = ranges.verify(verdict.family, client)
+        if not verified and self.dns is not None and client is not None:
+            suffixes = ranges.dns_suffixes(verdict.family)
+            if suffixes:
+                verified = bool(self.dns.verified(client, suffixes))  # unknown yet: a suspect until it is
+        if verified is None:
+            return self.judged(verdict)
+        self.metrics.count("claimants|verified" if verified else "claimants|unverified")
+        return self.judged(verdict if verified else UNVERIFIED_CLAIMANT)
+
+    def visitor(
+        self,
+        user_agent: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        client: str | None,
+        *,
+        secure: bool,
+        deep: bool,
+        now: float,
+    ) -> Judgement:
+        """A page request the user agent calls human, without a session: a person, or a suspect on evidence."""
+        rules = self.rules
+        if rules is None:
+            return PERSON
+        seen: dict[str, str] = {}
+        referer = cookie = False
+        wanted = self._headers
+        for name, value in headers:
+            if name in wanted:
+                seen[name.decode("latin-1")] = value.decode("latin-1")
+            if name == b"referer":
+                referer = True
+            elif name == b"cookie":
+                cookie = True
+        claim = browser_claim(user_agent.decode("latin-1")) if user_agent else None
+        weight, reasons = rules.check_request(claim, lambda name: seen.get(name, ""), secure=secure)
+        sketch = self.sketch
+        if sketch is not None and client is not None and not _is_loopback(client):
+            sketch.observe_page(client, referer=referer, deep=deep, cookie=cookie, now=now)
+            site_assets = sketch.site_assets(now) >= 1.0
+            for rules_of_scope, counts in (
+                (self._address_rules, sketch.counts(client, now) if self._address_rules else None),
+                (self._network_rules, sketch.network_counts(client, now) if self._network_rules else None),
+            ):
+                if counts is None:
+                    continue
+                for rule in rules_of_scope:
+                    if rule.fires(counts, site_assets):
+                        weight += rule.weight
+                        reasons += (rule.name,)
+        if weight < rules.threshold:
+            return PERSON
+        metrics = self.metrics
+        metrics.count("suspects|evidence")
+        for reason in reasons:
+            metrics.count(f"evidence|{reason}")
+        return self.judged(SUSPECT_BY_EVIDENCE, reasons)
+
+    def asset(self, headers: Sequence[tuple[bytes, bytes]], static: bool, client: str | None) -> None:
+        """Note a request that is part of a page (a stylesheet, script, image or font) for its client."""
+        if self.sketch is None or client is None or _is_loopback(client):
+            return
+        if not static:
+            destination = next((value for name, value in headers if name == b"sec-fetch-dest"), b"")
+            if destination not in _ASSET_DESTINATIONS:
+                return
+        self.sketch.observe_asset(client, time.time())
+
+    def cookie_offered(self, client: str | None) -> None:
+        """The site's answer to ``client`` set a cookie (a browser sends it back; most scrapers do not)."""
+        if self.sketch is not None and client is not None and not _is_loopback(client):
+            self.sketch.observe_cookie_offered(client, time.time())
+
+    def status(self) -> dict[str, object]:
+        return {
+            "enabled": self.rules is not None,
+            "sketch_bytes": self.sketch.nbytes if self.sketch is not None else 0,
+            "ranges_snapshot": self.ranges.snapshot if self.ranges is not None else "",
+            "reverse_dns": self.dns is not None,
+        }
+
+
+def _in_rules(rules_dir: Path, name: str) -> Path:
+    path = Path(name)
+    return path if path.is_absolute() or path.exists() else rules_dir / name
+
+
+def _is_loopback(client: str) -> bool:
+    """This machine: a proxy in front that is not trusted to name its clients (server.trusted_proxies), or the
+    operator's own tools. Its requests are everybody's, so behaviour over time says nothing about anyone."""
+    return client.startswith(("127.", "::ffff:127.")) or client == "::1"
