@@ -261,6 +261,34 @@ def _parser() -> argparse.ArgumentParser:
     _add_settings_flags(simulate)
     simulate.set_defaults(handler=_run_simulate)
 
+    ranges = commands.add_parser(
+        "ranges",
+        help="refresh the published addresses of search-engine crawlers (verify.ranges_file)",
+        description="Fetch the lists search engines publish of their crawlers' addresses and write a ranges file "
+        "for verify.ranges_file: every family of the current file from its source, or one family from --source. "
+        "A claimed crawler from outside its family's addresses is a suspect.",
+    )
+    ranges.add_argument(
+        "--family", help="only this family (a family name of rules/crawlers.toml, e.g. Googlebot; default: all)"
+    )
+    ranges.add_argument("--source", help="the family's list: a URL or a file (default: the source the file names)")
+    ranges.add_argument(
+        "--out", type=Path, help="the ranges file to write (default: verify.ranges_file; the shipped one is read-only)"
+    )
+    _add_settings_flags(ranges)
+    ranges.set_defaults(handler=_run_ranges)
+
+    policy = commands.add_parser(
+        "policy",
+        help="write policy entries from a site's robots.txt: deny the crawler families it shuts out",
+        description="Read a robots.txt and print (or write) a [family] table for rules/policy.toml that denies the "
+        "crawler families it disallows the whole site. Partial disallows and '*' groups are left to the cache.",
+    )
+    policy.add_argument("--robots", required=True, help="the robots.txt: a URL or a file")
+    policy.add_argument("--out", type=Path, help="write the table to this file (default: standard output)")
+    _add_settings_flags(policy)
+    policy.set_defaults(handler=_run_policy)
+
     demo = commands.add_parser(
         "demo",
         help="run the paper's experiment here: the demo forum, crawlergate in front, a trace replayed through both",
@@ -395,6 +423,64 @@ def _run_check(args: argparse.Namespace) -> int:
     else:
         print(report.text())
     return EXIT_OK if report.stored else EXIT_FAILURE
+
+
+def _run_ranges(args: argparse.Namespace) -> int:
+    import datetime
+
+    from crawlergate.suspect.ranges import (
+        default_ranges_file,
+        fetch_published,
+        load_ranges,
+        ranges_text,
+        read_published,
+        with_prefixes,
+    )
+
+    settings = _settings(args)
+    current_file = Path(settings.verify.ranges_file) if settings.verify.ranges_file else default_ranges_file()
+    out = args.out or (Path(settings.verify.ranges_file) if settings.verify.ranges_file else None)
+    if out is None:
+        raise CrawlerGateError("Give --out FILE (or set verify.ranges_file): the shipped snapshot is not rewritten.")
+    ranges = load_ranges(out if out.exists() else current_file)
+    if args.family:
+        engine = ranges.engines.get(args.family)
+        source = args.source or (engine.source if engine is not None else "")
+        if not source:
+            raise CrawlerGateError(f"{args.family}: no source known; give --source URL_OR_FILE.")
+        wanted = [(args.family, source)]
+    elif args.source:
+        raise CrawlerGateError("--source needs --family: which family's list it is.")
+    else:
+        wanted = [(engine.family, engine.source) for engine in ranges.engines.values() if engine.source]
+    failed = 0
+    for family, source in wanted:
+        before = len(ranges.engines[family].prefixes) if family in ranges.engines else 0
+        try:
+            prefixes = read_published(fetch_published(source), source)
+        except CrawlerGateError as exc:
+            print(f"{family}: kept its {before:,} prefixes: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        ranges = with_prefixes(ranges, family, prefixes, source)
+        print(f"{family}: {len(prefixes):,} prefixes (were {before:,}) from {source}")
+    _write_text(out, ranges_text(ranges, datetime.date.today().isoformat()))
+    print(f"wrote {out}" + ("" if settings.verify.ranges_file else "; set verify.ranges_file to it"))
+    return EXIT_FAILURE if failed else EXIT_OK
+
+
+def _run_policy(args: argparse.Namespace) -> int:
+    from crawlergate.suspect.ranges import fetch_published
+    from crawlergate.suspect.robots import policy_from_robots
+
+    classifier = Classifier.from_settings(_settings(args).classify)
+    table = policy_from_robots(fetch_published(args.robots), classifier)
+    if args.out:
+        _write_text(args.out, table)
+        print(f"wrote {args.out}")
+    else:
+        print(table, end="")
+    return EXIT_OK
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
@@ -653,7 +739,7 @@ def _run_invalidate(args: argparse.Namespace) -> int:
 def _format_stats(data: dict[str, Any]) -> str:
     lines = [f"{'':<8}{'requests':>10}{'L1 hits':>10}{'L2 hits':>10}{'misses':>9}{'stale':>7}{'passes':>9}"
              f"{'hit ratio':>11}{'TTFB p50':>10}{'p99':>9}{'mean ms':>9}"]  # fmt: skip
-    for kind in ("crawler", "human"):
+    for kind in ("crawler", "suspect", "human"):
         row = data.get(kind, {})
         ttfb = row.get("ttfb_ms", {})
         lines.append(
@@ -678,6 +764,21 @@ def _format_stats(data: dict[str, Any]) -> str:
         f"{prefetches.get('issued', 0):,} ({prefetches.get('useful', 0):,} useful); "
         f"changed pages {data.get('dirty', 0):,}",
     ]
+    evidence, valve = data.get("evidence", {}), data.get("valve", {})
+    if evidence or valve:
+        reasons = sorted(evidence.get("reasons", {}).items(), key=lambda item: -item[1])[:4]
+        refused = valve.get("refused", {})
+        lines.append(
+            f"suspects: {evidence.get('suspects', 0):,} requests by evidence"
+            + (f" ({', '.join(f'{name} {count:,}' for name, count in reasons)})" if reasons else "")
+            + f"; claimed search engines {evidence.get('verified_claimants', 0):,} verified, "
+            f"{evidence.get('unverified_claimants', 0):,} unverified"
+        )
+        lines.append(
+            f"overload valve: {'shedding' if valve.get('shedding') else 'open'} in this process "
+            f"({valve.get('in_flight', 0)} of {valve.get('max_in_flight', 0)} requests to the site in flight); "
+            f"refused {refused.get('valve', 0):,} crawler misses, {refused.get('cache_only', 0):,} by cache-only"
+        )
     families = sorted(data.get("families", {}).items(), key=lambda item: -item[1]["requests"])[:5]
     if families:
         shown = [f"{name} {family['requests']:,} ({family['hits'] / family['requests']:.0%} hits)"

@@ -472,6 +472,12 @@ def prometheus_text(
          {"l1": totals.get("evictions_l1", 0), "l2": totals.get("evictions_l2", 0)}),
         ("crawlergate_origin_seconds_total", "Time the site spent answering, by the class it answered for.",
          "class", {kind: totals.get(f"origin_us|{kind}", 0) / 1e6 for kind in CLASSES}),
+        ("crawlergate_evidence_total", "Suspects' requests by the evidence (rule) that counted against them.",
+         "reason", _named(totals, "evidence|")),
+        ("crawlergate_claimants_total", "Requests claiming a search engine's crawler, by whether its addresses agree.",
+         "verified", {"true": totals.get("claimants|verified", 0), "false": totals.get("claimants|unverified", 0)}),
+        ("crawlergate_refused_total", "Crawler and suspect misses answered 503 to spare the site, by what refused.",
+         "by", {"valve": totals.get("refused|valve", 0), "cache-only": totals.get("refused|cache-only", 0)}),
     ]  # fmt: skip
     for metric, text, label, values in labelled:
         lines += [f"# HELP {metric} {text}", f"# TYPE {metric} counter"]
@@ -479,6 +485,9 @@ def prometheus_text(
             lines.append(f'{metric}{{{label}="{value_label}"}} {value:.15g}')
     saved = totals.get("saved_us", 0) / 1e6
     lines += [
+        "# HELP crawlergate_suspects_total Requests made suspects by evidence (unverified claimants counted apart).",
+        "# TYPE crawlergate_suspects_total counter",
+        f"crawlergate_suspects_total {totals.get('suspects|evidence', 0)}",
         "# HELP crawlergate_origin_seconds_saved_total Origin time crawler hits spared (each page's generation time).",
         "# TYPE crawlergate_origin_seconds_saved_total counter",
         f"crawlergate_origin_seconds_saved_total {saved:.15g}",

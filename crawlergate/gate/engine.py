@@ -397,6 +397,9 @@ class GateCore:
             "crawlergate_l2_pages": len(self.cache.l2),
             "crawlergate_l2_bytes": self.cache.l2.used_bytes,
             "crawlergate_dirty_pages": self.dirty_count(),
+            # This process's: the valve is per process, as its count of requests in flight is.
+            "crawlergate_valve_shedding": float(self.valve.shedding()),
+            "crawlergate_origin_in_flight": self.valve.in_flight,
         }
         counters: dict[str, tuple[str, int]] = {}
         if self.more_metrics is not None:

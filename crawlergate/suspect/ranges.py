@@ -154,11 +154,12 @@ def read_published(text: str, origin: str) -> tuple[Network, ...]:
 
 
 def with_prefixes(ranges: CrawlerRanges, family: str, prefixes: tuple[Network, ...], source: str) -> CrawlerRanges:
-    """``ranges`` with ``family``'s prefixes replaced (the family added when new)."""
+    """``ranges`` with ``family``'s prefixes replaced (the family added when new, with ``source``; a known family
+    keeps the source it publishes at, whatever copy was read)."""
     engines = dict(ranges.engines)
     old = engines.get(family)
     engines[family] = (
-        replace(old, prefixes=prefixes, source=source or old.source)
+        replace(old, prefixes=prefixes, source=old.source or source)
         if old is not None
         else Engine(family, prefixes, (), source)
     )
@@ -179,3 +180,21 @@ def ranges_text(ranges: CrawlerRanges, snapshot: str) -> str:
         lines.append(f"reverse_dns = {json.dumps(list(engine.reverse_dns))}")
         lines.append(f"prefixes = {json.dumps([str(prefix) for prefix in engine.prefixes])}")
     return "\n".join(lines) + "\n"
+
+
+def fetch_published(source: str, timeout_s: float = 30.0) -> str:
+    """The text of a published list: an http(s) URL, or a file; raises ConfigError naming what failed."""
+    if source.startswith(("http://", "https://")):
+        import httpx
+
+        try:
+            answer = httpx.get(source, timeout=timeout_s, follow_redirects=True)
+        except httpx.HTTPError as exc:
+            raise ConfigError(f"{source}: cannot be fetched: {exc or type(exc).__name__}.") from None
+        if answer.status_code != 200:
+            raise ConfigError(f"{source}: answered {answer.status_code}, not the list.")
+        return answer.text
+    try:
+        return Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{source}: cannot be read: {exc}.") from None
