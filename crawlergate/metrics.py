@@ -221,6 +221,7 @@ class Metrics:
         # (class, outcome, family, tag) -> the slots such a request counts into; bounded by the rules' families.
         self._plans: dict[tuple[str, str, str, str], tuple[int, int, _HistogramSlots]] = {}
         self._saved_slot = counters.slot("saved_us")
+        self._name_sets: dict[tuple[str, ...], tuple[int, ...]] = {}
 
     def record(
         self, kind: str, outcome: str, ttfb_ms: float, family: str = "", tag: str = "", saved_ms: float = 0.0
@@ -273,6 +274,18 @@ class Metrics:
         slot = self.counters.slot(name)
         with self._lock:
             self._values[slot] += amount
+
+    def count_all(self, names: tuple[str, ...]) -> None:
+        """Add one to each of ``names`` (a suspect's reasons): their slots are worked out once per set of names."""
+        slots = self._name_sets.get(names)
+        if slots is None:
+            if len(self._name_sets) > 4096:
+                self._name_sets.clear()
+            slots = self._name_sets[names] = tuple(self.counters.slot(name) for name in names)
+        values = self._values
+        with self._lock:
+            for slot in slots:
+                values[slot] += 1
 
     def requests(self, kind: str) -> int:
         """Requests of class ``kind`` this process answered so far."""

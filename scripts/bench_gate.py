@@ -10,8 +10,13 @@ with 32 connections. Pairs run alternately, `--rounds` times, and medians are re
 - gate-measured:   the same as `serve` runs it: counters in a shared folder (summed across workers) and
                    the access log on
 - gate-mc:   the same, with L1 on a real memcached (needs the memcached binary)
+- gate-unjudged:   the same as gate with the judge idle: no evidence, no search-engine ranges (what a
+                   crawler hit cost before issue 16)
+- gate-suspect:    an L1 hit for a scraper with a Chrome user agent and curl's headers, from an address a
+                   trusted proxy names (evidence from the request and the behaviour sketch, every request)
 - site-2ms:  a page costing 2 ms of CPU, for humans, without the gate
-- gate-2ms:  the same site behind the gate (human pass-through)
+- gate-2ms:  the same site behind the gate (human pass-through; a person's browser headers, judged)
+- gate-2ms-unjudged: the same with the judge idle
 
     python scripts/bench_gate.py [--seconds 10] [--rounds 3] [--connections 32]
 """
@@ -30,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import FIREFOX, GOOGLEBOT, free_port, run_wrk, wait_for
+from benchlib import BROWSER_NAVIGATION, CHROME, FIREFOX, GOOGLEBOT, free_port, run_wrk, wait_for
 
 WORDS = [
     "forum",
@@ -71,7 +76,16 @@ def build_app(name: str, cache_dir: str, memcached: str):  # type: ignore[no-unt
     from starlette.routing import Route
 
     from crawlergate import CrawlerGateMiddleware
-    from crawlergate.config import L1Settings, L2Settings, LogSettings, MetricsSettings, Settings
+    from crawlergate.config import (
+        EvidenceSettings,
+        L1Settings,
+        L2Settings,
+        LogSettings,
+        MetricsSettings,
+        ServerSettings,
+        Settings,
+        VerifySettings,
+    )
     from crawlergate.wiring import build_cache
 
     _Uncounted = _uncounted_class()
@@ -97,7 +111,16 @@ def build_app(name: str, cache_dir: str, memcached: str):  # type: ignore[no-unt
         return Starlette(routes=[Route("/t/1", cpu_page)])
     l1 = L1Settings(memcached=(memcached,)) if name == "gate-mc" else L1Settings()
     settings = Settings(l1=l1, l2=L2Settings(cache_dir=cache_dir))
-    site = Starlette(routes=[Route("/t/1", cpu_page if name == "gate-2ms" else page)])
+    if name.endswith("-unjudged"):
+        no_ranges = Path(cache_dir) / "no-ranges.toml"
+        no_ranges.parent.mkdir(parents=True, exist_ok=True)
+        no_ranges.write_text("")
+        settings = dataclasses.replace(
+            settings, evidence=EvidenceSettings(enabled=False), verify=VerifySettings(ranges_file=str(no_ranges))
+        )
+    if name == "gate-suspect":
+        settings = dataclasses.replace(settings, server=ServerSettings(trusted_proxies=("127.0.0.1",)))
+    site = Starlette(routes=[Route("/t/1", cpu_page if name.startswith("gate-2ms") else page)])
     if name == "gate-unmeasured":
         return CrawlerGateMiddleware(site, settings=settings, cache=build_cache(settings, _Uncounted()))
     if name == "gate-measured":
@@ -162,20 +185,24 @@ def main() -> int:
 
     processes: list[subprocess.Popen[bytes]] = []
     memcached = ""
+    person = (FIREFOX, BROWSER_NAVIGATION)
     cases = [
-        ("bare", GOOGLEBOT),
-        ("gate", GOOGLEBOT),
-        ("gate-unmeasured", GOOGLEBOT),
-        ("gate-measured", GOOGLEBOT),
-        ("site-2ms", FIREFOX),
-        ("gate-2ms", FIREFOX),
+        ("bare", (GOOGLEBOT, ())),
+        ("gate", (GOOGLEBOT, ())),
+        ("gate-unjudged", (GOOGLEBOT, ())),
+        ("gate-suspect", (CHROME, ("Accept: */*", "X-Forwarded-For: 203.0.113.9"))),
+        ("gate-unmeasured", (GOOGLEBOT, ())),
+        ("gate-measured", (GOOGLEBOT, ())),
+        ("site-2ms", person),
+        ("gate-2ms", person),
+        ("gate-2ms-unjudged", person),
     ]
     if shutil.which("memcached"):
         port = free_port()
         memcached = f"127.0.0.1:{port}"
         processes.append(subprocess.Popen(["memcached", "-l", "127.0.0.1", "-p", str(port), "-m", "64", "-u", "root"]))
         wait_for(port)
-        cases.insert(2, ("gate-mc", GOOGLEBOT))
+        cases.insert(2, ("gate-mc", (GOOGLEBOT, ())))
     if args.cases:
         cases = [case for case in cases if case[0] in args.cases.split(",")]
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in cases}
@@ -191,14 +218,15 @@ def main() -> int:
                 ]  # fmt: skip
                 servers[name] = subprocess.Popen(command)
                 processes.append(servers[name])
-            for name, user_agent in cases:
+            for name, (user_agent, headers) in cases:
                 wait_for(ports[name])
-                run_wrk(f"http://127.0.0.1:{ports[name]}/t/1", user_agent, 1, 4)  # warm: fills the cache, opens pools
+                url = f"http://127.0.0.1:{ports[name]}/t/1"
+                run_wrk(url, user_agent, 1, 4, headers=headers)  # warm: fills the cache, opens pools
             for round_number in range(args.rounds):
-                for name, user_agent in cases:
+                for name, (user_agent, headers) in cases:
                     url = f"http://127.0.0.1:{ports[name]}/t/1"
                     cpu_before = _cpu_seconds(servers[name].pid)
-                    figures = run_wrk(url, user_agent, args.seconds, args.connections)
+                    figures = run_wrk(url, user_agent, args.seconds, args.connections, headers=headers)
                     # The server's own CPU per request: steadier than throughput, which wrk shares the machine with.
                     cpu = _cpu_seconds(servers[name].pid) - cpu_before
                     figures["cpu_us"] = cpu * 1e6 / max(figures["rps"] * args.seconds, 1)
@@ -223,6 +251,14 @@ def main() -> int:
         return f"{median[top]['rps'] / median[bottom]['rps']:.1%}" if top in median and bottom in median else "n/a"
 
     print(f"crawler L1 hit vs bare endpoint: {ratio('gate', 'bare')} of throughput")
+    for judged, idle, what in (
+        ("gate", "gate-unjudged", "crawler L1 hit"),
+        ("gate-suspect", "gate-unjudged", "suspect L1 hit"),
+        ("gate-2ms", "gate-2ms-unjudged", "human pass-through"),
+    ):
+        if judged in median and idle in median:
+            extra = median[judged]["cpu_us"] - median[idle]["cpu_us"]
+            print(f"{what}, judged vs judge idle: {ratio(judged, idle)} of throughput, CPU {extra:+.1f} µs a request")
     print(f"crawler L1 hit, counters shared and access log on vs nothing counted: "
           f"{ratio('gate-measured', 'gate-unmeasured')}")  # fmt: skip
     if "gate-measured" in median and "gate-unmeasured" in median:

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import httpx
-from benchlib import FIREFOX, GOOGLEBOT, free_port, run_wrk, wait_for
+from benchlib import BROWSER_NAVIGATION, FIREFOX, GOOGLEBOT, free_port, run_wrk, wait_for
 
 HERE = Path(__file__).resolve().parent
 PAGE = "/showthread.php?t=7"
@@ -124,7 +124,8 @@ def bench_django(args: argparse.Namespace) -> None:
                 cases[f"{worker_class}: through nginx"] = f"http://127.0.0.1:{nginx}{page}"
             for round_number in range(args.rounds):
                 for name, url in cases.items():
-                    results.setdefault(name, []).append(run_wrk(url, FIREFOX, args.seconds, 1))
+                    figures = run_wrk(url, FIREFOX, args.seconds, 1, headers=BROWSER_NAVIGATION)
+                    results.setdefault(name, []).append(figures)
                 print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
     finally:
         _stop(processes)

@@ -10,6 +10,7 @@ the reverse proxy to build the forwarded headers it sends on, and by the admin e
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 
@@ -59,6 +60,7 @@ class TrustedProxies:
         return address
 
 
+@functools.lru_cache(maxsize=4096)
 def is_loopback(host: str | None) -> bool:
     """Whether ``host`` is a loopback address (127.0.0.0/8, ::1, or IPv4-mapped loopback)."""
     # No address at all (a Unix socket) is not loopback: whoever is behind it cannot be told apart.

@@ -45,6 +45,8 @@ class Judgement:
 
 
 PERSON = Judgement(HUMAN, Action.LIVE)
+_VERIFIED = ("claimants|verified",)
+_UNVERIFIED = ("claimants|unverified",)
 
 
 class Judge:
@@ -79,6 +81,7 @@ class Judge:
         self._address_rules = tuple(rule for rule in rules.behaviours if rule.scope == "address") if rules else ()
         self._network_rules = tuple(rule for rule in rules.behaviours if rule.scope == "network") if rules else ()
         self._judgements: dict[tuple[Verdict, tuple[str, ...]], Judgement] = {}
+        self._checked: dict[tuple[object, ...], tuple[float, tuple[str, ...]]] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings, metrics: Metrics, families: Iterable[str] = ()) -> Judge:
@@ -120,7 +123,7 @@ class Judge:
                 verified = bool(self.dns.verified(client, suffixes))  # unknown yet: a suspect until it is
         if verified is None:
             return self.judged(verdict)
-        self.metrics.count("claimants|verified" if verified else "claimants|unverified")
+        self.metrics.count_all(_VERIFIED if verified else _UNVERIFIED)
         return self.judged(verdict if verified else UNVERIFIED_CLAIMANT)
 
     def visitor(
@@ -137,26 +140,35 @@ class Judge:
         rules = self.rules
         if rules is None:
             return PERSON
-        seen: dict[str, str] = {}
-        referer = cookie = False
         wanted = self._headers
+        values = dict.fromkeys(wanted, b"")
+        referer = cookie = False
         for name, value in headers:
             if name in wanted:
-                seen[name.decode("latin-1")] = value.decode("latin-1")
+                values[name] = value
             if name == b"referer":
                 referer = True
             elif name == b"cookie":
                 cookie = True
-        claim = browser_claim(user_agent.decode("latin-1")) if user_agent else None
-        weight, reasons = rules.check_request(claim, lambda name: seen.get(name, ""), secure=secure)
+        # A client sends the same headers on every page: the checks of a set of them are worked out once.
+        seen = (user_agent, secure, *values.values())
+        found = self._checked.get(seen)
+        if found is None:
+            if len(self._checked) > 4096:
+                self._checked.clear()
+            claim = browser_claim(user_agent.decode("latin-1")) if user_agent else None
+            text = {name.decode(): value.decode("latin-1") for name, value in values.items()}
+            found = self._checked[seen] = rules.check_request(claim, text.__getitem__, secure=secure)
+        weight, reasons = found
         sketch = self.sketch
-        if sketch is not None and client is not None and not _is_loopback(client):
-            sketch.observe_page(client, referer=referer, deep=deep, cookie=cookie, now=now)
+        # Convicted by its own headers, a request needs no memory of its address: the sketch keeps to the others.
+        if weight < rules.threshold and sketch is not None and client is not None and not _is_loopback(client):
+            address_counts, network_counts = sketch.observe_page(
+                client, referer=referer, deep=deep, cookie=cookie, now=now
+            )
             site_assets = sketch.site_assets(now) >= 1.0
-            for rules_of_scope, counts in (
-                (self._address_rules, sketch.counts(client, now) if self._address_rules else None),
-                (self._network_rules, sketch.network_counts(client, now) if self._network_rules else None),
-            ):
+            scopes = ((self._address_rules, address_counts), (self._network_rules, network_counts))
+            for rules_of_scope, counts in scopes:
                 if counts is None:
                     continue
                 for rule in rules_of_scope:
@@ -165,10 +177,7 @@ class Judge:
                         reasons += (rule.name,)
         if weight < rules.threshold:
             return PERSON
-        metrics = self.metrics
-        metrics.count("suspects|evidence")
-        for reason in reasons:
-            metrics.count(f"evidence|{reason}")
+        self.metrics.count_all(("suspects|evidence", *(f"evidence|{reason}" for reason in reasons)))
         return self.judged(SUSPECT_BY_EVIDENCE, reasons)
 
     def asset(self, headers: Sequence[tuple[bytes, bytes]], static: bool, client: str | None) -> None:

@@ -9,8 +9,9 @@ hitters, which are the ones the evidence is about, in place. Counts decay expone
 "pages" reads as pages per minute and a half (half-life one minute by default).
 
     sketch = BehaviourSketch(total_bytes=8 << 20, half_life_s=60)
-    sketch.observe_page("203.0.113.7", referer=False, deep=True, cookie=False, now=time.time())
-    sketch.counts("203.0.113.7", now)   # [pages, assets, deep_without_referer, cookies_offered, cookies_returned]
+    address_counts, network_counts = sketch.observe_page("203.0.113.7", referer=False, deep=True, cookie=False,
+                                                         now=time.time())
+    # each [pages, assets, deep_without_referer, cookies_offered, cookies_returned], decayed to now
 """
 
 from __future__ import annotations
@@ -54,12 +55,26 @@ class _Table:
         if slot >= 0:
             self.counts[slot * _FIELDS + field] += amount
 
+    def add_page(self, key: str, deep_without_referer: bool, cookie: bool, now: float) -> list[float] | None:
+        """Count a page for ``key``; its counts after it (None when it has no slot: a light newcomer)."""
+        slot = self._slot(key, now, create=True)
+        if slot < 0:
+            return None
+        base = slot * _FIELDS
+        counts = self.counts
+        counts[base + PAGES] += 1.0
+        if deep_without_referer:
+            counts[base + DEEP_WITHOUT_REFERER] += 1.0
+        if cookie:
+            counts[base + COOKIES_RETURNED] += 1.0
+        return counts[base : base + _FIELDS].tolist()
+
     def read(self, key: str, now: float) -> list[float] | None:
         slot = self._slot(key, now, create=False)
         if slot < 0:
             return None
         base = slot * _FIELDS
-        return list(self.counts[base : base + _FIELDS])
+        return self.counts[base : base + _FIELDS].tolist()
 
     def _slot(self, key: str, now: float, *, create: bool) -> int:
         """The slot holding ``key`` brought up to ``now`` (decayed), or -1; with ``create``, one made for it."""
@@ -107,13 +122,12 @@ class _Table:
 
     def _decay(self, slot: int, now: float) -> None:
         elapsed = now - self.updated[slot]
-        if elapsed <= 0:
-            return
+        if elapsed <= 0.05:
+            return  # requests in a burst: not worth a pass over the counts
         factor = math.exp(-elapsed * self._decay_per_s)
         base = slot * _FIELDS
         counts = self.counts
-        for field in range(base, base + _FIELDS):
-            counts[field] *= factor
+        counts[base : base + _FIELDS] = array("d", [count * factor for count in counts[base : base + _FIELDS]])
         self.updated[slot] = now
 
 
@@ -132,14 +146,15 @@ class BehaviourSketch:
         """The memory of both tables' arrays."""
         return self.addresses.nbytes + self.networks.nbytes
 
-    def observe_page(self, address: str, *, referer: bool, deep: bool, cookie: bool, now: float) -> None:
-        network = network_of(address)
-        for table, key in ((self.addresses, address), (self.networks, network)):
-            table.add(key, PAGES, 1.0, now)
-            if deep and not referer:
-                table.add(key, DEEP_WITHOUT_REFERER, 1.0, now)
-            if cookie:
-                table.add(key, COOKIES_RETURNED, 1.0, now)
+    def observe_page(
+        self, address: str, *, referer: bool, deep: bool, cookie: bool, now: float
+    ) -> tuple[list[float] | None, list[float] | None]:
+        """Count a page request of ``address``; the counts of the address and of its network after it."""
+        bare = deep and not referer
+        return (
+            self.addresses.add_page(address, bare, cookie, now),
+            self.networks.add_page(network_of(address), bare, cookie, now),
+        )
 
     def observe_asset(self, address: str, now: float) -> None:
         self.addresses.add(address, ASSETS, 1.0, now)
