@@ -7,11 +7,13 @@ machines reach no such host). Screenshots go to ``SCREENSHOT_DIR`` (``CRAWLERGAT
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,8 +26,11 @@ WINDOW = (1280, 900)
 
 
 @contextmanager
-def chromium(width: int = WINDOW[0], height: int = WINDOW[1]) -> Iterator[object]:
-    """A headless Chromium driven by Selenium; fails (never skips) in CI when the browser is missing."""
+def chromium(width: int = WINDOW[0], height: int = WINDOW[1], *, performance_log: bool = False) -> Iterator[object]:
+    """A headless Chromium driven by Selenium; fails (never skips) in CI when the browser is missing.
+
+    ``performance_log`` records the DevTools network events, read back by ``network_responses``.
+    """
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         if os.environ.get("CI"):
             pytest.fail("Chromium and chromedriver are needed (apt-get install chromium chromium-driver)")
@@ -43,6 +48,8 @@ def chromium(width: int = WINDOW[0], height: int = WINDOW[1]) -> Iterator[object
         f"--user-data-dir={profile}", f"--window-size={width},{height}",
     ):  # fmt: skip
         options.add_argument(flag)
+    if performance_log:
+        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     try:
         yield driver
@@ -65,3 +72,63 @@ def has_horizontal_scroll(driver: object) -> bool:
             "return document.documentElement.scrollWidth > document.documentElement.clientWidth"
         )
     )
+
+
+def present_as_chrome(driver: object) -> str:
+    """Make the browser say it is the desktop Chrome of its own version, as a person's would; returns the user agent.
+
+    Headless Chromium names itself ``HeadlessChrome``, which no person's browser does. The override
+    (DevTools ``Network.setUserAgentOverride``) also sets the client hints (``sec-ch-ua``…) to agree
+    with the user agent, so nothing in a single request tells it from a person's Chrome.
+    """
+    version = driver.capabilities["browserVersion"]  # type: ignore[attr-defined]
+    major = version.split(".")[0]
+    user_agent = (
+        f"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/{major}.0.0.0 Safari/537.36"
+    )
+    brands = [{"brand": "Google Chrome", "version": major}, {"brand": "Chromium", "version": major},
+              {"brand": "Not_A Brand", "version": "24"}]  # fmt: skip
+    metadata = {
+        "brands": brands,
+        "fullVersionList": [
+            {**brand, "version": version if brand["version"] == major else "24.0.0.0"} for brand in brands
+        ],  # fmt: skip
+        "fullVersion": version,
+        "platform": "Linux",
+        "platformVersion": "6.1.0",
+        "architecture": "x86",
+        "model": "",
+        "mobile": False,
+        "bitness": "64",
+    }
+    override = {"userAgent": user_agent, "acceptLanguage": "en-US,en", "platform": "Linux x86_64"}
+    driver.execute_cdp_cmd("Network.setUserAgentOverride", {**override, "userAgentMetadata": metadata})  # type: ignore[attr-defined]
+    return user_agent
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkResponse:
+    """One response the browser received (a redirect too), from its DevTools performance log."""
+
+    url: str
+    status: int
+    headers: dict[str, str]  # names in lower case
+    resource: str  # DevTools' resource type: Document, Stylesheet, Image, Fetch… ("" for a redirect)
+
+
+def network_responses(driver: object) -> list[NetworkResponse]:
+    """The responses received since the last call (needs ``chromium(performance_log=True)``), in order."""
+    responses = []
+    for entry in driver.get_log("performance"):  # type: ignore[attr-defined]
+        message = json.loads(entry["message"])["message"]
+        params = message.get("params", {})
+        if message["method"] == "Network.responseReceived":
+            response, resource = params["response"], params.get("type", "")
+        elif message["method"] == "Network.requestWillBeSent" and "redirectResponse" in params:
+            response, resource = params["redirectResponse"], ""
+        else:
+            continue
+        if response["url"].startswith(("http://", "https://")):
+            headers = {name.lower(): value for name, value in response["headers"].items()}
+            responses.append(NetworkResponse(response["url"], int(response["status"]), headers, resource))
+    return responses

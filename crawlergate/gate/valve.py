@@ -101,11 +101,14 @@ class OverloadValve:
             return saturated
 
     def status(self) -> dict[str, object]:
+        """The valve as it stands now (worked out afresh: the state a miss last saw may be over)."""
         now = time.monotonic()
-        recent = self.recent_ms(now)
+        shedding = self.shedding(now)
+        with self._lock:
+            recent = self.recent_ms(now)
         return {
             "enabled": self.enabled,
-            "shedding": self._shedding_since is not None,
+            "shedding": shedding,
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
             "recent_ttfb_ms": round(recent, 1) if recent is not None else None,
