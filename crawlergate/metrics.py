@@ -389,7 +389,6 @@ def stats_from(totals: Mapping[str, int]) -> dict[str, Any]:
         "evidence": {
             "suspects": totals.get("suspects|evidence", 0),
             "unverified_claimants": totals.get("claimants|unverified", 0),
-            "verified_claimants": totals.get("claimants|verified", 0),
             "reasons": _named(totals, "evidence|"),
         },
         "refused": {"valve": totals.get("refused|valve", 0), "cache_only": totals.get("refused|cache-only", 0)},
@@ -487,8 +486,6 @@ def prometheus_text(
          "class", {kind: totals.get(f"origin_us|{kind}", 0) / 1e6 for kind in CLASSES}),
         ("crawlergate_evidence_total", "Suspects' requests by the evidence (rule) that counted against them.",
          "reason", _named(totals, "evidence|")),
-        ("crawlergate_claimants_total", "Requests claiming a search engine's crawler, by whether its addresses agree.",
-         "verified", {"true": totals.get("claimants|verified", 0), "false": totals.get("claimants|unverified", 0)}),
         ("crawlergate_refused_total", "Crawler and suspect misses answered 503 to spare the site, by what refused.",
          "by", {"valve": totals.get("refused|valve", 0), "cache-only": totals.get("refused|cache-only", 0)}),
     ]  # fmt: skip
@@ -501,6 +498,9 @@ def prometheus_text(
         "# HELP crawlergate_suspects_total Requests made suspects by evidence (unverified claimants counted apart).",
         "# TYPE crawlergate_suspects_total counter",
         f"crawlergate_suspects_total {totals.get('suspects|evidence', 0)}",
+        "# HELP crawlergate_unverified_claimants_total Requests claiming a search engine's crawler from elsewhere.",
+        "# TYPE crawlergate_unverified_claimants_total counter",
+        f"crawlergate_unverified_claimants_total {totals.get('claimants|unverified', 0)}",
         "# HELP crawlergate_origin_seconds_saved_total Origin time crawler hits spared (each page's generation time).",
         "# TYPE crawlergate_origin_seconds_saved_total counter",
         f"crawlergate_origin_seconds_saved_total {saved:.15g}",

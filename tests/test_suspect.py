@@ -235,12 +235,9 @@ def test_the_judge_verifies_by_dns_when_asked() -> None:
     assert judge.claimant(googlebot, "192.0.2.50").verdict is UNVERIFIED_CLAIMANT  # outside the list: asked
     dns.wait_idle()
     assert judge.claimant(googlebot, "192.0.2.50").verdict is googlebot  # its name says Google, both ways
-    assert metrics.snapshot()["evidence"] == {
-        "suspects": 0,
-        "unverified_claimants": 1,
-        "verified_claimants": 2,
-        "reasons": {},
-    }
+    assert metrics.snapshot()["evidence"] == {"suspects": 0, "unverified_claimants": 1, "reasons": {}}
+    families = {"Googlebot": {"requests": 2}, "SEO tools": {"requests": 5}}
+    assert judge.verified_claimants(families) == 2  # the families whose claims are checked
 
 
 def test_policy_table(tmp_path: Path) -> None:

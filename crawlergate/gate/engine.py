@@ -378,7 +378,11 @@ class GateCore:
     def stats(self) -> dict[str, object]:
         data = self.metrics.snapshot()
         data["valve"] = {**self.valve.status(), "refused": data.pop("refused")}
-        data["evidence"] = {**data["evidence"], **self.judge.status()}
+        data["evidence"] = {
+            **data["evidence"],
+            "verified_claimants": self.judge.verified_claimants(data["families"]),
+            **self.judge.status(),
+        }
         data["dirty"] = self.dirty_count()
         data.update(self.cache.usage())
         if self.more_stats is not None:

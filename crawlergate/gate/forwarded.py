@@ -15,6 +15,8 @@ import ipaddress
 from collections.abc import Iterable
 
 _KNOWN_ADDRESSES = 4096
+# Longer X-Forwarded-For values are walked each time: remembered, they could fill memory.
+_REMEMBERED_BYTES = 256
 
 
 class TrustedProxies:
@@ -25,6 +27,8 @@ class TrustedProxies:
         # Answers for the addresses seen last: parsing one costs more than the rest of a pass-through's
         # header work. Bounded: emptied when full, so a sweep of addresses only costs the parsing.
         self._known: dict[str, bool] = {}
+        # The client behind each (peer, X-Forwarded-For) seen last: a crawler sends the same one for a while.
+        self._clients: dict[tuple[str, bytes], str] = {}
 
     def __contains__(self, address: object) -> bool:
         if not self._networks or not isinstance(address, str) or not address:
@@ -50,7 +54,19 @@ class TrustedProxies:
         values = [value for name, value in headers if name == b"x-forwarded-for"]
         if not values:
             return peer
-        hops = [hop.strip().decode("latin-1") for hop in b",".join(values).split(b",") if hop.strip()]
+        forwarded = values[0] if len(values) == 1 else b",".join(values)
+        if len(forwarded) > _REMEMBERED_BYTES:
+            return self._forwarded_for(peer, forwarded)
+        key = (peer, forwarded)
+        known = self._clients.get(key)
+        if known is None:
+            if len(self._clients) >= _KNOWN_ADDRESSES:
+                self._clients.clear()
+            known = self._clients[key] = self._forwarded_for(peer, forwarded)
+        return known
+
+    def _forwarded_for(self, peer: str, forwarded: bytes) -> str:
+        hops = [hop.strip().decode("latin-1") for hop in forwarded.split(b",") if hop.strip()]
         address = peer
         while hops and address in self:
             hop = hops.pop()

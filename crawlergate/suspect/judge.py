@@ -45,7 +45,6 @@ class Judgement:
 
 
 PERSON = Judgement(HUMAN, Action.LIVE)
-_VERIFIED = ("claimants|verified",)
 _UNVERIFIED = ("claimants|unverified",)
 
 
@@ -82,6 +81,7 @@ class Judge:
         self._network_rules = tuple(rule for rule in rules.behaviours if rule.scope == "network") if rules else ()
         self._judgements: dict[tuple[Verdict, tuple[str, ...]], Judgement] = {}
         self._checked: dict[tuple[object, ...], tuple[float, tuple[str, ...]]] = {}
+        self._plain: dict[int, Judgement] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings, metrics: Metrics, families: Iterable[str] = ()) -> Judge:
@@ -98,6 +98,15 @@ class Judge:
         return cls(policy, metrics, rules=rules, sketch=sketch, ranges=ranges, dns=dns)
 
     def judged(self, verdict: Verdict, reasons: tuple[str, ...] = ()) -> Judgement:
+        if not reasons:
+            # Verdicts are the classifier's shared objects: found by identity, without hashing their fields.
+            known = self._plain.get(id(verdict))
+            if known is not None and known.verdict is verdict:
+                return known
+            if len(self._plain) > 4096:
+                self._plain.clear()
+            known = self._plain[id(verdict)] = Judgement(verdict, self.policy.action_for(verdict))
+            return known
         key = (verdict, reasons)
         judgement = self._judgements.get(key)
         if judgement is None:
@@ -121,10 +130,12 @@ class Judge:
             suffixes = ranges.dns_suffixes(verdict.family)
             if suffixes:
                 verified = bool(self.dns.verified(client, suffixes))  # unknown yet: a suspect until it is
+        if verified:
+            return self.judged(verdict)  # counted by its family (stats: verified_claimants)
         if verified is None:
             return self.judged(verdict)
-        self.metrics.count_all(_VERIFIED if verified else _UNVERIFIED)
-        return self.judged(verdict if verified else UNVERIFIED_CLAIMANT)
+        self.metrics.count_all(_UNVERIFIED)
+        return self.judged(UNVERIFIED_CLAIMANT)
 
     def visitor(
         self,
@@ -194,6 +205,18 @@ class Judge:
         """The site's answer to ``client`` set a cookie (a browser sends it back; most scrapers do not)."""
         if self.sketch is not None and client is not None and not _is_loopback(client):
             self.sketch.observe_cookie_offered(client, time.time())
+
+    def verified_claimants(self, families: dict[str, dict[str, object]]) -> int:
+        """Requests of crawlers whose family was checked and held (those that failed are suspects, not of it)."""
+        ranges = self.ranges
+        if ranges is None:
+            return 0
+        by_dns = self.dns is not None
+        return sum(
+            int(str(figures.get("requests", 0)))
+            for family, figures in families.items()
+            if ranges.verifiable(family, by_dns=by_dns)
+        )
 
     def status(self) -> dict[str, object]:
         return {
