@@ -427,6 +427,7 @@ def _run_check(args: argparse.Namespace) -> int:
 
 def _run_ranges(args: argparse.Namespace) -> int:
     import datetime
+    import difflib
 
     from crawlergate.suspect.ranges import (
         default_ranges_file,
@@ -438,6 +439,12 @@ def _run_ranges(args: argparse.Namespace) -> int:
     )
 
     settings = _settings(args)
+    families = {family.name for family in Classifier.from_settings(settings.classify).ruleset.families}
+    if args.family and args.family not in families:
+        close = difflib.get_close_matches(args.family, families, n=1)
+        raise CrawlerGateError(
+            f"No crawler family {args.family!r} in the rules" + (f"; did you mean {close[0]!r}?" if close else ".")
+        )
     current_file = Path(settings.verify.ranges_file) if settings.verify.ranges_file else default_ranges_file()
     out = args.out or (Path(settings.verify.ranges_file) if settings.verify.ranges_file else None)
     if out is None:

@@ -457,8 +457,18 @@ class EvidenceSettings:
     half_life_seconds: float = 60.0
 
     def __post_init__(self) -> None:
-        _require(self.sketch_bytes >= 4096, "evidence.sketch_bytes", self.sketch_bytes, "Must be 4096 or more.")
-        _require(self.half_life_seconds > 0, "evidence.half_life_seconds", self.half_life_seconds, "Must be positive.")
+        _require(
+            4096 <= self.sketch_bytes <= 1024**3,
+            "evidence.sketch_bytes",
+            self.sketch_bytes,
+            "Must be between 4KiB and 1GiB (each worker holds it).",
+        )
+        _require(
+            0 < self.half_life_seconds <= 86400,
+            "evidence.half_life_seconds",
+            self.half_life_seconds,
+            "Must be more than 0 and at most 86400 (a day).",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,7 +482,10 @@ class PolicySettings:
 
     def __post_init__(self) -> None:
         _require(
-            self.retry_after_seconds >= 1, "policy.retry_after_seconds", self.retry_after_seconds, "Must be 1 or more."
+            1 <= self.retry_after_seconds <= 86400,
+            "policy.retry_after_seconds",
+            self.retry_after_seconds,
+            "Must be from 1 to 86400 (a day).",
         )
 
 
@@ -488,7 +501,12 @@ class VerifySettings:
     dns_cache_seconds: float = 86400.0
 
     def __post_init__(self) -> None:
-        _require(self.dns_cache_seconds > 0, "verify.dns_cache_seconds", self.dns_cache_seconds, "Must be > 0.")
+        _require(
+            0 < self.dns_cache_seconds <= 30 * 86400,
+            "verify.dns_cache_seconds",
+            self.dns_cache_seconds,
+            "Must be more than 0 and at most 2592000 (30 days).",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,7 +526,14 @@ class ValveSettings:
         _require(self.max_in_flight >= 1, "valve.max_in_flight", self.max_in_flight, "Must be 1 or more.")
         _require(self.slow_factor > 1, "valve.slow_factor", self.slow_factor, "Must be more than 1.")
         _require(self.slow_ms >= 0, "valve.slow_ms", self.slow_ms, "Must be 0 or more.")
-        _require(self.window_seconds > 0, "valve.window_seconds", self.window_seconds, "Must be positive.")
+        _require(
+            0 < self.window_seconds <= 3600,
+            "valve.window_seconds",
+            self.window_seconds,
+            "Must be more than 0, at most 3600.",
+        )
+        _require(self.slow_factor <= 1000, "valve.slow_factor", self.slow_factor, "Must be at most 1000.")
+        _require(self.slow_ms <= 3_600_000, "valve.slow_ms", self.slow_ms, "Must be at most 3600000 (an hour).")
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,6 +122,15 @@ class KeyMaker:
             return None
         return CacheKey(target=target, digest=digest_of(target))
 
+    def too_long_once_normalised(self, raw_path: bytes, query_string: bytes) -> bool:
+        """Whether a cacheable URL has no key only because escaping made it longer than the limit (each byte may
+        become three characters): a request to refuse, not to pass on unjudged."""
+        path = normalise_path(raw_path)
+        if path is None or not self.is_cacheable_path(path):
+            return False
+        query = self.normalise_query(path, query_string)
+        return len(path) + 1 + len(query) > self._max_target_chars
+
     def is_cacheable_path(self, path: str) -> bool:
         if path == self._admin_prefix or path.startswith(self._admin_prefix + "/"):
             return False

@@ -156,8 +156,8 @@ def test_without_evidence_people_by_user_agent_pass_as_before(tmp_path: Path) ->
 def test_ranges_command_refreshes_a_family_from_a_url_and_keeps_it_when_the_list_is_broken(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    lists = {"/googlebot.json": b'{"prefixes": [{"ipv4Prefix": "66.249.64.0/27"}, {"ipv6Prefix": "2001:db8::/48"}]}',
-             "/moved": b"<html>moved</html>"}  # fmt: skip
+    google = b'{"prefixes": [{"ipv4Prefix": "66.249.64.0/27"}, {"ipv6Prefix": "2001:4860:4801:10::/64"}]}'
+    lists = {"/googlebot.json": google, "/moved": b"<html>moved</html>"}
 
     async def published(scope, receive, send):  # type: ignore[no-untyped-def]
         if scope["type"] != "http":
@@ -201,3 +201,25 @@ def test_policy_command_denies_the_families_robots_txt_shuts_out(
     policy = tmp_path / "policy.toml"
     assert main(["policy", "--robots", str(robots), "--out", str(policy)]) == 0
     assert main(["policy", "--robots", str(tmp_path / "none.txt")]) == 2
+
+
+def test_a_url_that_escaping_makes_too_long_is_refused_not_passed_unjudged(judged: Running) -> None:
+    with judged.client() as client:
+        answer = client.get("/member.php?u=1&x=" + '"' * 2800, headers=CURL_AS_CHROME)
+    assert answer.status_code == 414 and judged.fetches("/member.php") == 0
+
+
+def test_serve_refuses_broken_rules_before_it_listens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "evidence.toml"
+    broken.write_text("threshold = [\n")
+    misspelt = tmp_path / "ranges.toml"
+    misspelt.write_text('[[engine]]\nfamily = "Googlbot"\nprefixes = ["66.249.64.0/19"]\n')
+    config = tmp_path / "gate.toml"
+    for text in (f'[evidence]\nrules_file = "{broken}"\n', '[verify]\nranges_file = "nowhere.toml"\n',
+                 f'[verify]\nranges_file = "{misspelt}"\n'):  # fmt: skip
+        config.write_text(text)
+        argv = ["serve", "--origin", "http://127.0.0.1:9", "--port", "9", "--cache-dir", str(tmp_path / "l2")]
+        assert main([*argv, "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "not valid TOML" in err and "nowhere.toml' does not exist" in err and "listening" not in err
+    assert "Googlbot: no such crawler family" in err

@@ -25,11 +25,13 @@ from pathlib import Path
 import uvicorn
 
 from crawlergate.adapters.httpserver import HeadLimits, LimitedHttpToolsProtocol
+from crawlergate.classify import Classifier
 from crawlergate.config import Settings
 from crawlergate.errors import ConfigError
 from crawlergate.gate.accesslog import open_log
 from crawlergate.metrics import Metrics, clear_shared
 from crawlergate.regenerate.schedule import check_window
+from crawlergate.suspect.judge import Judge
 from crawlergate.wiring import access_log_path, build_cache
 
 # Seconds uvicorn lets in-flight requests finish after SIGTERM before it closes them.
@@ -46,6 +48,9 @@ def run_proxy(settings: Settings) -> int:
             "No origin: give --origin URL (or the setting server.origin), e.g. --origin http://127.0.0.1:8000."
         )
     check_window(settings.regenerate)  # a bad cron expression: one line now, not a traceback in each worker
+    # Broken evidence, policy or ranges files, likewise (the workers would restart on them forever).
+    Judge.from_settings(settings, Metrics(), (family.name for family in Classifier.from_settings(settings.classify)
+                                              .ruleset.families))  # fmt: skip
     cache = build_cache(settings, Metrics())
     cache.start()  # creates and indexes L2, or fails loudly
     pages, size = len(cache.l2), cache.l2.used_bytes

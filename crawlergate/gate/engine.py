@@ -233,6 +233,13 @@ class GateCore:
         if len(raw_path) + len(query) > self.settings.cache.max_target_chars:
             return Decision(Route.TOO_LONG, HUMAN, None, request)
         key = self.keys.key_for(raw_path, query) if method in ("GET", "HEAD") else None
+        if (
+            key is None
+            and 3 * (len(raw_path) + len(query)) > self.settings.cache.max_target_chars
+            and method in ("GET", "HEAD")
+            and self.keys.too_long_once_normalised(raw_path, query)
+        ):
+            return Decision(Route.TOO_LONG, HUMAN, None, request)
         if request.authorization or (request.cookie and self.classifier.has_session_cookie(request.cookie)):
             return Decision(Route.PASS, HUMAN, key, request)  # a session: the live site, whatever the evidence
         verdict = self.classifier.classify(request.user_agent)

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 _KNOWN_ADDRESSES = 4096
 # Longer X-Forwarded-For values are walked each time: remembered, they could fill memory.
 _REMEMBERED_BYTES = 256
+# The longest address: an IPv6 one with an IPv4 tail and a zone is under 64 characters.
+_ADDRESS_CHARS = 64
 
 
 class TrustedProxies:
@@ -70,8 +72,8 @@ class TrustedProxies:
         address = peer
         while hops and address in self:
             hop = hops.pop()
-            if is_loopback(hop) and not is_loopback(address):
-                break
+            if len(hop) > _ADDRESS_CHARS or (is_loopback(hop) and not is_loopback(address)):
+                break  # no address is that long: a forgery, like loopback from afar
             address = hop
         return address
 

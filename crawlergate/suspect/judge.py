@@ -21,6 +21,7 @@ from pathlib import Path
 
 from crawlergate.classify import HUMAN, Verdict
 from crawlergate.config import Settings
+from crawlergate.errors import ConfigError
 from crawlergate.metrics import Metrics
 from crawlergate.rules import default_rules_dir
 from crawlergate.suspect.evidence import EvidenceRules, browser_claim, load_evidence_rules
@@ -46,6 +47,9 @@ class Judgement:
 
 PERSON = Judgement(HUMAN, Action.LIVE)
 _UNVERIFIED = ("claimants|unverified",)
+# A browser names itself in its first few hundred characters; memoised header sets stay under a kilobyte or so.
+_CLAIM_CHARS = 512
+_REMEMBERED_BYTES = 1024
 
 
 class Judge:
@@ -87,13 +91,18 @@ class Judge:
     def from_settings(cls, settings: Settings, metrics: Metrics, families: Iterable[str] = ()) -> Judge:
         """The judge the settings describe; raises ConfigError for a broken rules, policy or ranges file."""
         rules_dir = Path(settings.classify.rules_dir) if settings.classify.rules_dir else default_rules_dir()
-        policy = load_policy(_in_rules(rules_dir, settings.policy.rules_file), frozenset(families))
+        families = frozenset(families)
+        policy = load_policy(_in_rules(rules_dir, settings.policy.rules_file), families)
         rules = sketch = None
         if settings.evidence.enabled:
             rules = load_evidence_rules(_in_rules(rules_dir, settings.evidence.rules_file))
             sketch = BehaviourSketch(settings.evidence.sketch_bytes, settings.evidence.half_life_seconds)
         ranges_file = settings.verify.ranges_file
-        ranges = load_ranges(Path(ranges_file) if ranges_file else default_ranges_file())
+        ranges_path = _in_rules(rules_dir, ranges_file) if ranges_file else default_ranges_file()
+        ranges = load_ranges(ranges_path)
+        unknown = sorted(set(ranges.engines) - families) if families else []
+        if unknown:
+            raise ConfigError(f"{ranges_path}: {', '.join(unknown)}: no such crawler family in the rules.")
         dns = ReverseDns(cache_s=settings.verify.dns_cache_seconds) if settings.verify.reverse_dns else None
         return cls(policy, metrics, rules=rules, sketch=sketch, ranges=ranges, dns=dns)
 
@@ -161,15 +170,18 @@ class Judge:
                 referer = True
             elif name == b"cookie":
                 cookie = True
-        # A client sends the same headers on every page: the checks of a set of them are worked out once.
+        # A client sends the same headers on every page: the checks of a set of them are worked out once (sets of
+        # ordinary length: long ones are an attacker's, worked out each time so the memo stays small).
         seen = (user_agent, secure, *values.values())
         found = self._checked.get(seen)
         if found is None:
-            if len(self._checked) > 4096:
-                self._checked.clear()
-            claim = browser_claim(user_agent.decode("latin-1")) if user_agent else None
+            claim = browser_claim(user_agent[:_CLAIM_CHARS].decode("latin-1")) if user_agent else None
             text = {name.decode(): value.decode("latin-1") for name, value in values.items()}
-            found = self._checked[seen] = rules.check_request(claim, text.__getitem__, secure=secure)
+            found = rules.check_request(claim, text.__getitem__, secure=secure)
+            if len(user_agent) + sum(map(len, values.values())) <= _REMEMBERED_BYTES:
+                if len(self._checked) > 4096:
+                    self._checked.clear()
+                self._checked[seen] = found
         weight, reasons = found
         sketch = self.sketch
         # Convicted by its own headers, a request needs no memory of its address: the sketch keeps to the others.

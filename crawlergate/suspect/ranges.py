@@ -25,6 +25,9 @@ from crawlergate.rules import default_rules_dir
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 # Answers remembered per (family, address): parsing an address costs more than the rest of a hit.
 _KNOWN = 8192
+# A published list is tens of kilobytes with hundreds of prefixes; past these it is something else.
+MAX_PREFIXES = 10_000
+MAX_LIST_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,12 +145,19 @@ def read_published(text: str, origin: str) -> tuple[Network, ...]:
             word = line.split("#", 1)[0].strip()
             if word:
                 prefixes.append(word)
+    if len(prefixes) > MAX_PREFIXES:
+        raise ConfigError(
+            f"{origin}: {len(prefixes):,} prefixes; a crawler's list has hundreds (at most {MAX_PREFIXES:,})."
+        )
     networks: list[Network] = []
     for prefix in prefixes:
         try:
-            networks.append(ipaddress.ip_network(prefix, strict=False))
+            network = ipaddress.ip_network(prefix, strict=False)
         except ValueError:
             raise ConfigError(f"{origin}: {prefix!r} is not an address or prefix.") from None
+        if network.prefixlen < (8 if network.version == 4 else 19) or not network.is_global:
+            raise ConfigError(f"{origin}: {prefix!r} is no crawler's: too wide, or a private or reserved network.")
+        networks.append(network)
     if not networks:
         raise ConfigError(f'{origin}: no address prefix in it (expected {{"prefixes": [...]}} or one per line).')
     return tuple(networks)
@@ -188,13 +198,22 @@ def fetch_published(source: str, timeout_s: float = 30.0) -> str:
         import httpx
 
         try:
-            answer = httpx.get(source, timeout=timeout_s, follow_redirects=True)
+            with httpx.stream("GET", source, timeout=timeout_s, follow_redirects=True) as answer:
+                if answer.status_code != 200:
+                    raise ConfigError(f"{source}: answered {answer.status_code}.")
+                data = bytearray()
+                for chunk in answer.iter_bytes():
+                    data += chunk
+                    if len(data) > MAX_LIST_BYTES:
+                        raise ConfigError(f"{source}: larger than {MAX_LIST_BYTES // 1024 // 1024} MB: not a list.")
         except httpx.HTTPError as exc:
             raise ConfigError(f"{source}: cannot be fetched: {exc or type(exc).__name__}.") from None
-        if answer.status_code != 200:
-            raise ConfigError(f"{source}: answered {answer.status_code}, not the list.")
-        return answer.text
+        return data.decode("utf-8", "replace")
     try:
-        return Path(source).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{source}: cannot be read: {exc}.") from None
+        with open(source, "rb") as file:
+            contents = file.read(MAX_LIST_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot be read: {exc.strerror or exc}.") from None
+    if len(contents) > MAX_LIST_BYTES:
+        raise ConfigError(f"{source}: larger than {MAX_LIST_BYTES // 1024 // 1024} MB: not a list.")
+    return contents.decode("utf-8", "replace")

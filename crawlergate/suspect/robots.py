@@ -12,12 +12,16 @@ from __future__ import annotations
 import json
 
 from crawlergate.classify import Classifier
+from crawlergate.errors import ConfigError
 
 
 def families_shut_out(robots_txt: str, classifier: Classifier) -> dict[str, list[str]]:
     """Family name -> the robots.txt user agent tokens of the groups that disallow it the whole site."""
+    groups = _groups(robots_txt)
+    if not groups:
+        raise ConfigError("no 'User-agent:' line in it: not a robots.txt.")
     denied: dict[str, list[str]] = {}
-    for agents, rules in _groups(robots_txt):
+    for agents, rules in groups:
         whole_site = ("disallow", "/") in rules and not any(field == "allow" and value for field, value in rules)
         if not whole_site:
             continue

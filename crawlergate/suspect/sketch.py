@@ -152,18 +152,18 @@ class BehaviourSketch:
         """Count a page request of ``address``; the counts of the address and of its network after it."""
         bare = deep and not referer
         return (
-            self.addresses.add_page(address, bare, cookie, now),
+            self.addresses.add_page(client_of(address), bare, cookie, now),
             self.networks.add_page(network_of(address), bare, cookie, now),
         )
 
     def observe_asset(self, address: str, now: float) -> None:
-        self.addresses.add(address, ASSETS, 1.0, now)
+        self.addresses.add(client_of(address), ASSETS, 1.0, now)
         self.networks.add(network_of(address), ASSETS, 1.0, now)
         self._site_assets = self.site_assets(now) + 1.0
         self._site_assets_at = now
 
     def observe_cookie_offered(self, address: str, now: float) -> None:
-        self.addresses.add(address, COOKIES_OFFERED, 1.0, now)
+        self.addresses.add(client_of(address), COOKIES_OFFERED, 1.0, now)
         self.networks.add(network_of(address), COOKIES_OFFERED, 1.0, now)
 
     def site_assets(self, now: float) -> float:
@@ -172,21 +172,31 @@ class BehaviourSketch:
         return self._site_assets * math.pow(0.5, elapsed / _SITE_ASSETS_HALF_LIFE_S)
 
     def counts(self, address: str, now: float) -> list[float] | None:
-        return self.addresses.read(address, now)
+        return self.addresses.read(client_of(address), now)
 
     def network_counts(self, address: str, now: float) -> list[float] | None:
         return self.networks.read(network_of(address), now)
 
 
+def client_of(address: str) -> str:
+    """The key of one client: an IPv4 address, or the /64 of an IPv6 one (a home line gets a /64 or more, and
+    picks a new address in it at will)."""
+    return address if ":" not in address else _prefix(address, 4)
+
+
 @functools.lru_cache(maxsize=4096)
-def network_of(address: str) -> str:
-    """The /24 of an IPv4 address, the /48 of an IPv6 one (their first three groups), as a key."""
-    if ":" not in address:
-        return address.rpartition(".")[0]
+def _prefix(address: str, groups: int) -> str:
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return address
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped).rpartition(".")[0]
-    return ip.exploded[:14]
+        return str(ip.ipv4_mapped) if groups == 4 else str(ip.ipv4_mapped).rpartition(".")[0]
+    return ip.exploded[: 5 * groups - 1]
+
+
+def network_of(address: str) -> str:
+    """The /24 of an IPv4 address, the /48 of an IPv6 one (their first three groups), as a key."""
+    if ":" not in address:
+        return address.rpartition(".")[0]
+    return _prefix(address, 3)
