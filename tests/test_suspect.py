@@ -18,7 +18,7 @@ from crawlergate.suspect.judge import PERSON, SUSPECT_BY_EVIDENCE, UNVERIFIED_CL
 from crawlergate.suspect.policy import Action, Policy, load_policy
 from crawlergate.suspect.ranges import default_ranges_file, load_ranges, read_published
 from crawlergate.suspect.rdns import ReverseDns
-from crawlergate.suspect.sketch import BehaviourSketch, network_of
+from crawlergate.suspect.sketch import BehaviourSketch, client_of, network_of
 
 CHROME_UA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
 FIREFOX_UA = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
@@ -167,6 +167,11 @@ def test_the_sketch_decays_and_groups_networks() -> None:
     assert sketch.counts("203.0.113.1", 1060.0)[0] == pytest.approx(0.5)  # type: ignore[index]
     assert network_of("2001:db8:1234:5678::1") == network_of("2001:db8:1234:ffff::2") != network_of("2001:db8:1235::1")
     assert network_of("::ffff:192.0.2.9") == network_of("192.0.2.200")
+    # An IPv6 line picks any address of its /64 at will: its addresses are one client.
+    for host in range(20):
+        sketch.observe_page(f"2001:db8:7:8::{host:x}", referer=True, deep=False, cookie=False, now=1000.0)
+    assert sketch.counts("2001:db8:7:8:ffff::1", 1000.0)[0] == pytest.approx(20)  # type: ignore[index]
+    assert client_of("2001:db8:7:8::1") != client_of("2001:db8:7:9::1")
 
 
 def test_published_ranges_verify_claimants() -> None:
