@@ -193,6 +193,10 @@ def test_dashboard_in_chromium_shows_the_traffic_sent(forum: ServerThread, tmp_p
 
     with serve_process(forum.url, tmp_path, workers=2) as gate, chromium() as driver:
         _send_known_traffic(gate)
+        chrome = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
+        for _ in range(2):  # a script with a browser's user agent: a suspect
+            httpx.get(f"{gate}/showthread.php?t=30", headers={"user-agent": chrome, "accept": "*/*"})
+        httpx.get(f"{gate}/showthread.php?t=31", headers={"user-agent": GOOGLEBOT, "x-forwarded-for": "203.0.113.9"})
         driver.get(f"{gate}/_crawlergate/")
         wait = WebDriverWait(driver, 30, poll_frequency=0.2)
         wait.until(lambda d: d.find_element("id", "crawler-requests").text == "13")
@@ -202,7 +206,8 @@ def test_dashboard_in_chromium_shows_the_traffic_sent(forum: ServerThread, tmp_p
 
         hits = int(text("l1-hits")) + int(text("l2-hits"))
         assert (text("human-requests"), text("misses"), hits) == ("7", "8", 5)
-        assert text("crawler-hit-ratio") == "38.5 %" and text("share-requests") == "65.0 %"
+        assert text("crawler-hit-ratio") == "38.5 %" and text("share-requests") == "56.5 %"  # 13 of 23
+        assert (text("suspect-requests"), text("unverified"), text("valve")) == ("3", "1", "open, 0 refused")
         families = [row.text.split() for row in driver.find_elements("css selector", "#families tbody tr")]
         assert families[0][:3] == ["Googlebot", "search-engine", "10"] and families[1][:3] == [
             "Bingbot",

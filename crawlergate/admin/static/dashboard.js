@@ -41,6 +41,10 @@
     text("human-requests", count(human.requests));
     text("human-p50", ms(human.ttfb_ms.p50));
     text("human-p99", ms(human.ttfb_ms.p99));
+    // Scrapers behind browser user agents, served from the cache, and the crawler-only overload valve.
+    text("suspect-requests", count(data.suspect.requests));
+    text("unverified", count(data.evidence.unverified_claimants));
+    text("valve", (data.valve.shedding ? "shedding" : "open") + ", " + count(data.valve.refused.valve) + " refused");
     text("share-requests", percent(data.crawler_share.requests));
     text("share-origin", percent(data.crawler_share.origin_time));
     text("time-saved", seconds(data.origin_time_saved_s));
