@@ -139,10 +139,8 @@ class Judge:
             suffixes = ranges.dns_suffixes(verdict.family)
             if suffixes:
                 verified = bool(self.dns.verified(client, suffixes))  # unknown yet: a suspect until it is
-        if verified:
-            return self.judged(verdict)  # counted by its family (stats: verified_claimants)
-        if verified is None:
-            return self.judged(verdict)
+        if verified or verified is None:
+            return self.judged(verdict)  # a verified one counts by its family (stats: verified_claimants)
         self.metrics.count_all(_UNVERIFIED)
         return self.judged(UNVERIFIED_CLAIMANT)
 
