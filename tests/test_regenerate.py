@@ -473,6 +473,14 @@ def test_two_serve_processes_never_regenerate_at_once(tmp_path: Path) -> None:
                 subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             )
         deadline = time.monotonic() + 60
+        for port in ports:  # both listening before counting: a window may open as soon as one has started
+            while True:
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/_crawlergate/healthz", timeout=5)
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, f"serve on port {port} did not start"
+                    time.sleep(0.1)
         regenerated = 0
         while regenerated < 80:
             assert time.monotonic() < deadline, f"{regenerated} of 80 pages regenerated"
