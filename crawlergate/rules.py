@@ -380,16 +380,27 @@ def _write_rule(entry: dict[str, Any], where: _Locator) -> WriteRule:
 
 
 def _read_toml_rules(path: Path, what: str) -> tuple[dict[str, Any], _Locator]:
+    data, text = _read_toml_text(path, what)
+    return data, _Locator(path, text)
+
+
+def read_toml(path: Path, what: str, setting: str = "") -> dict[str, Any]:
+    """A rules file's TOML; ConfigError in one sentence when it is missing, unreadable or not TOML (``what`` names
+    the file's kind, ``setting`` the setting that chose it)."""
+    return _read_toml_text(path, what, setting)[0]
+
+
+def _read_toml_text(path: Path, what: str, setting: str = "") -> tuple[dict[str, Any], str]:
+    chosen_by = f" ({setting})" if setting else ""
     try:
         text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
+        return tomllib.loads(text), text
     except FileNotFoundError:
-        raise ConfigError(f"{what} '{path}' does not exist.") from None
+        raise ConfigError(f"{what} '{path}' does not exist{chosen_by}.") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{what} '{path}' cannot be read: {exc}.") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}.") from None
-    return data, _Locator(path, text)
 
 
 def _keep_params(query: dict[str, Any], where: _Locator) -> dict[str, frozenset[str]]:

@@ -58,12 +58,9 @@ class Route(enum.Enum):
 class RequestHeaders:
     """The request headers the gate looks at, read in one pass over the raw (name, value) pairs."""
 
-    __slots__ = (
-        "raw", "user_agent", "cookie", "authorization", "accept_encoding", "if_none_match", "if_modified_since"
-    )  # fmt: skip
+    __slots__ = ("user_agent", "cookie", "authorization", "accept_encoding", "if_none_match", "if_modified_since")
 
-    def __init__(self, headers: Sequence[tuple[bytes, bytes]]) -> None:
-        self.raw = headers  # the rest, read only when a visitor is judged
+    def __init__(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
         self.user_agent = b""
         self.cookie = b""
         self.authorization = False
@@ -252,12 +249,7 @@ class GateCore:
         elif key is not None and judge.rules is not None:
             client = self.trusted.client(peer, headers)
             judgement = judge.visitor(
-                request.user_agent,
-                headers,
-                client,
-                secure=self._secure(scheme, peer, headers),
-                deep=path != "/",
-                now=self.clock(),
+                request.user_agent, headers, client, scheme=scheme, proxied=peer in self.trusted, deep=path != "/"
             )
             if judgement is PERSON:
                 return Decision(Route.PASS, HUMAN, key, request, client=client)
@@ -275,22 +267,6 @@ class GateCore:
                 self.metrics.count_not_stored("excluded")
             return Decision(Route.PASS, verdict, key, request, judgement.reasons)
         return Decision(Route.CRAWLER, verdict, key, request, judgement.reasons, action is Action.CACHE_ONLY)
-
-    def _secure(self, scheme: str, peer: str | None, headers: Sequence[tuple[bytes, bytes]]) -> bool:
-        """Whether the browser's origin is a secure one (https, or loopback), to which browsers send fetch metadata
-        and client hints."""
-        if scheme == "https":
-            return True
-        trusted = peer in self.trusted
-        for name, value in headers:
-            if name == b"x-forwarded-proto" and trusted:
-                if value.strip().lower() == b"https":
-                    return True
-            elif name == b"host":
-                host = value.rpartition(b":")[0] if value.count(b":") == 1 else value
-                if host.lower() in (b"localhost", b"[::1]") or host.startswith(b"127."):
-                    return True
-        return False
 
     def is_admin_path(self, path: str) -> bool:
         return path == self._admin_prefix or path.startswith(self._admin_prefix + "/")

@@ -129,7 +129,7 @@ class Filler:
             self._count_failure(exc, started)
             raise
         finally:
-            self.valve.left(None)  # a fill's time counts below, whole (the valve hears people's TTFB too)
+            self.valve.left()  # a fill's time is sampled below, whole (the valve hears people's TTFB too)
         generation_ms = self._count_fetch(started)
         # Compressing and hashing a big page takes the event loop for a while (297 ms for 8 MB): a thread.
         if len(response.body) > INLINE_PAGE_BYTES:
@@ -150,7 +150,7 @@ class Filler:
             self._count_failure(exc, started)
             raise
         finally:
-            self.valve.left(None)
+            self.valve.left()
         judged = self.core.judge_fill(key, response, generation_ms=self._count_fetch(started))
         if isinstance(judged, Page):
             self.core.store(key, judged, fetched_at)

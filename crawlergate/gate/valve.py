@@ -9,7 +9,7 @@ With no answer of the site in the window, its slowness is over: the next miss go
 measures it again.
 
     valve = OverloadValve(settings.valve)
-    valve.entered(); ...; valve.left(ttfb_ms=120.0)   # a request to the site, and its time to first byte
+    valve.entered(); ...; valve.sample(ttfb_ms=120.0); valve.left()   # a request to the site, and its TTFB
     valve.shedding(now=time.monotonic())
 """
 
@@ -41,18 +41,16 @@ class OverloadValve:
         self._normal_ms = 0.0
         self._normal_at = 0.0
         self._lock = threading.Lock()
-        self._shedding_since: float | None = None
+        self._shedding = False
 
     def entered(self) -> None:
         with self._lock:
             self.in_flight += 1
 
-    def left(self, ttfb_ms: float | None = None, now: float | None = None) -> None:
-        """A request to the site ended; ``ttfb_ms`` is its time to first byte (None: not measured, or failed)."""
+    def left(self) -> None:
+        """A request to the site ended (its time to first byte, if it had one, came through ``sample``)."""
         with self._lock:
             self.in_flight -= 1
-        if ttfb_ms is not None:
-            self.sample(ttfb_ms, now)
 
     def sample(self, ttfb_ms: float, now: float | None = None) -> None:
         """One time to first byte of the site."""
@@ -68,7 +66,7 @@ class OverloadValve:
             self._normal_ms, self._normal_at = ttfb_ms, now
             return
         weight = min((now - self._normal_at) / _NORMAL_WINDOW_S, 1.0)
-        if self._shedding_since is not None:
+        if self._shedding:
             weight /= 10
         self._normal_ms += (ttfb_ms - self._normal_ms) * max(weight, 1 / _SAMPLES)
         self._normal_at = now
@@ -94,10 +92,7 @@ class OverloadValve:
                 recent = self.recent_ms(now)
                 limit = max(self.slow_factor * self._normal_ms, self.slow_ms)
                 saturated = recent is not None and recent > limit
-            if saturated and self._shedding_since is None:
-                self._shedding_since = now
-            elif not saturated:
-                self._shedding_since = None
+            self._shedding = saturated
             return saturated
 
     def status(self) -> dict[str, object]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import functools
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from crawlergate.errors import ConfigError
+from crawlergate.rules import read_toml
 
 BROWSERS = ("chrome", "edge", "firefox", "safari")
 BEHAVIOUR_FIELDS = ("pages", "assets", "deep_without_referer", "cookies_offered", "cookies_returned")
@@ -148,7 +148,7 @@ def _contradicts(hints: str, claim: BrowserClaim) -> bool:
 
 def load_evidence_rules(path: Path) -> EvidenceRules:
     """Read an evidence rules file; a broken one raises ConfigError naming the file and the entry."""
-    data = _read(path)
+    data = read_toml(path, "Rules file", "evidence.rules_file")
     threshold = data.get("threshold", 3.0)
     if not isinstance(threshold, int | float) or isinstance(threshold, bool) or threshold <= 0:
         raise ConfigError(f"{path}: threshold must be a positive number, not {threshold!r}.")
@@ -160,17 +160,6 @@ def load_evidence_rules(path: Path) -> EvidenceRules:
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; known: threshold, check, behaviour.")
     return EvidenceRules(float(threshold), checks, behaviours)
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"Rules file '{path}' does not exist.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"Rules file '{path}' cannot be read: {exc}.") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}.") from None
 
 
 def _entries(data: dict[str, Any], table: str, path: Path) -> list[tuple[int, dict[str, Any]]]:

@@ -9,13 +9,13 @@ address's and network's recent behaviour (``sketch.py``); at the threshold it is
 
     judge = Judge.from_settings(settings, metrics, families)
     judgement = judge.claimant(verdict, client)           # a crawler by its user agent
-    judgement = judge.visitor(user_agent, headers, client, secure=True, deep=True, now=time.time())
+    judgement = judge.visitor(user_agent, headers, client, scheme="https", proxied=False, deep=True)
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +62,7 @@ class Judge:
         sketch: the behaviour sketch (with ``rules``).
         ranges: the published crawler addresses; None verifies nobody.
         dns: reverse DNS verification, or None.
+        clock: seconds, for the behaviour counts' decay.
     """
 
     def __init__(
@@ -73,6 +74,7 @@ class Judge:
         sketch: BehaviourSketch | None = None,
         ranges: CrawlerRanges | None = None,
         dns: ReverseDns | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy = policy
         self.metrics = metrics
@@ -80,6 +82,7 @@ class Judge:
         self.sketch = sketch
         self.ranges = ranges
         self.dns = dns
+        self._clock = clock  # behaviour decays in real time, whatever clock the gate's pages age by
         self._headers = rules.headers if rules is not None else frozenset()
         self._address_rules = tuple(rule for rule in rules.behaviours if rule.scope == "address") if rules else ()
         self._network_rules = tuple(rule for rule in rules.behaviours if rule.scope == "network") if rules else ()
@@ -150,17 +153,22 @@ class Judge:
         headers: Sequence[tuple[bytes, bytes]],
         client: str | None,
         *,
-        secure: bool,
+        scheme: str,
+        proxied: bool,
         deep: bool,
-        now: float,
     ) -> Judgement:
-        """A page request the user agent calls human, without a session: a person, or a suspect on evidence."""
+        """A page request the user agent calls human, without a session: a person, or a suspect on evidence.
+
+        ``scheme`` is the connection's, ``proxied`` whether it came through a trusted proxy (whose
+        X-Forwarded-Proto is believed), ``deep`` whether the page is other than the home page.
+        """
         rules = self.rules
         if rules is None:
             return PERSON
         wanted = self._headers
         values = dict.fromkeys(wanted, b"")
         referer = cookie = False
+        host = forwarded_proto = b""
         for name, value in headers:
             if name in wanted:
                 values[name] = value
@@ -168,6 +176,11 @@ class Judge:
                 referer = True
             elif name == b"cookie":
                 cookie = True
+            elif name == b"host":
+                host = value
+            elif name == b"x-forwarded-proto" and proxied:
+                forwarded_proto = value
+        secure = scheme == "https" or forwarded_proto.strip().lower() == b"https" or _is_loopback_host(host)
         # A client sends the same headers on every page: the checks of a set of them are worked out once (sets of
         # ordinary length: long ones are an attacker's, worked out each time so the memo stays small).
         seen = (user_agent, secure, *values.values())
@@ -182,6 +195,7 @@ class Judge:
                 self._checked[seen] = found
         weight, reasons = found
         sketch = self.sketch
+        now = self._clock()
         # Convicted by its own headers, a request needs no memory of its address: the sketch keeps to the others.
         if weight < rules.threshold and sketch is not None and client is not None and not _is_loopback(client):
             address_counts, network_counts = sketch.observe_page(
@@ -209,12 +223,12 @@ class Judge:
             destination = next((value for name, value in headers if name == b"sec-fetch-dest"), b"")
             if destination not in _ASSET_DESTINATIONS:
                 return
-        self.sketch.observe_asset(client, time.time())
+        self.sketch.observe_asset(client, self._clock())
 
     def cookie_offered(self, client: str | None) -> None:
         """The site's answer to ``client`` set a cookie (a browser sends it back; most scrapers do not)."""
         if self.sketch is not None and client is not None and not _is_loopback(client):
-            self.sketch.observe_cookie_offered(client, time.time())
+            self.sketch.observe_cookie_offered(client, self._clock())
 
     def verified_claimants(self, families: dict[str, dict[str, object]]) -> int:
         """Requests of crawlers whose family was checked and held (those that failed are suspects, not of it)."""
@@ -240,6 +254,12 @@ class Judge:
 def _in_rules(rules_dir: Path, name: str) -> Path:
     path = Path(name)
     return path if path.is_absolute() or path.exists() else rules_dir / name
+
+
+def _is_loopback_host(host: bytes) -> bool:
+    """Whether a Host header names this machine: a secure origin to browsers, even over plain http."""
+    name = host.rpartition(b":")[0] if host.count(b":") == 1 else host
+    return name.lower() in (b"localhost", b"[::1]") or name.startswith(b"127.")
 
 
 def _is_loopback(client: str) -> bool:

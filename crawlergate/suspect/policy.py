@@ -7,12 +7,12 @@ policy.action_for(verdict)   # Action.CACHE
 from __future__ import annotations
 
 import enum
-import tomllib
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from crawlergate.errors import ConfigError
-from crawlergate.rules import CRAWLER_TAGS
+from crawlergate.metrics import Classified
+from crawlergate.rules import CRAWLER_TAGS, read_toml
 
 CLASSES_WITH_POLICY = ("crawler", "suspect")
 # The tags of suspects (crawlergate.suspect.judge): found by evidence, or claiming a crawler they are not.
@@ -24,15 +24,6 @@ class Action(enum.Enum):
     CACHE_ONLY = "cache-only"  # serve if stored, else 503 + Retry-After
     LIVE = "live"  # pass to the site
     DENY = "deny"  # 403
-
-
-class Judged(Protocol):
-    @property
-    def kind(self) -> str: ...
-    @property
-    def family(self) -> str: ...
-    @property
-    def tag(self) -> str: ...
 
 
 class Policy:
@@ -49,7 +40,7 @@ class Policy:
         self.families = families or {}
         self._memo: dict[tuple[str, str, str], Action] = {}
 
-    def action_for(self, verdict: Judged) -> Action:
+    def action_for(self, verdict: Classified) -> Action:
         key = (verdict.kind, verdict.family, verdict.tag)
         action = self._memo.get(key)
         if action is None:
@@ -68,14 +59,7 @@ class Policy:
 
 def load_policy(path: Path, known_families: frozenset[str] = frozenset()) -> Policy:
     """Read a policy file; a broken one, or one naming a family the rules do not know, raises ConfigError."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"Policy file '{path}' does not exist (policy.rules_file).") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"Policy file '{path}' cannot be read: {exc}.") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}.") from None
+    data = read_toml(path, "Policy file", "policy.rules_file")
     unknown = set(data) - {"class", "tag", "family"}
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(sorted(unknown))}; known: [class], [tag], [family].")

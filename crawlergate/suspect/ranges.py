@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from crawlergate.errors import ConfigError
-from crawlergate.rules import default_rules_dir
+from crawlergate.rules import default_rules_dir, read_toml
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 # Answers remembered per (family, address): parsing an address costs more than the rest of a hit.
@@ -89,14 +88,7 @@ def default_ranges_file() -> Path:
 
 def load_ranges(path: Path) -> CrawlerRanges:
     """Read a ranges file; a broken one raises ConfigError naming the file and the family."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"Ranges file '{path}' does not exist (verify.ranges_file).") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"Ranges file '{path}' cannot be read: {exc}.") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}.") from None
+    data = read_toml(path, "Ranges file", "verify.ranges_file")
     entries = data.get("engine", [])
     if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
         raise ConfigError(f"{path}: 'engine' must be an array of tables ([[engine]]).")

@@ -52,7 +52,6 @@ class ReverseDns:
         self._pending: set[str] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self.lookups = 0
 
     def verified(self, address: str, suffixes: tuple[str, ...]) -> bool | None:
         """Whether ``address``'s name ends in one of ``suffixes`` and resolves back to it; None until known."""
@@ -77,7 +76,7 @@ class ReverseDns:
             self._pending.add(address)
 
     def wait_idle(self, timeout_s: float = 10.0) -> None:
-        """Wait until the queued lookups are answered (tests, and the `ranges --check` command)."""
+        """Wait until the queued lookups are answered (tests)."""
         deadline = time.monotonic() + timeout_s
         while self._pending and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -92,7 +91,6 @@ class ReverseDns:
                     name = ptr.lower().rstrip(".")
             except (OSError, UnicodeError) as exc:
                 logger.debug("reverse DNS of %s failed: %s", address, exc)
-            self.lookups += 1
             if len(self._answers) >= _KNOWN:
                 self._answers.clear()
             self._answers[address] = (self._clock(), name)
