@@ -118,3 +118,29 @@ def test_origintransport_exchange_hands_over_a_body_that_arrived_whole(origin: S
 
     status, whole, body = asyncio.run(run())
     assert status == 200 and whole == b'{"received":10,"chunked":null}' and body == b"late"
+
+
+def test_origintransport_body_ended_by_a_clean_close_is_whole_and_never_reused() -> None:
+    def answer(method: bytes, path: bytes) -> tuple[bytes, bool | str]:
+        head = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n"
+        return head + (b"until the close" if path == b"/close" else b"cut"), True if path == b"/close" else "reset"
+
+    origin = RawHttpServer(answer).start()
+
+    async def run(path: str) -> tuple[int, bytes]:
+        transport = OriginTransport()
+        try:
+            request = httpx.Request("GET", f"{origin.url}{path}", extensions={"timeout": TIMEOUTS})
+            first = await _fetch(transport, request)
+            await _fetch(transport, request)
+            return first
+        finally:
+            await transport.aclose()
+
+    try:
+        assert asyncio.run(run("/close")) == (200, b"until the close")
+        assert origin.accepted == 2  # a connection the origin closed is never taken for the next request
+        with pytest.raises(httpx.RemoteProtocolError):
+            asyncio.run(run("/reset"))
+    finally:
+        origin.stop()

@@ -74,6 +74,8 @@ class _Connection(asyncio.Protocol):
         self._error: httpx.HTTPError | None = None
         self._head_only = False
         self._keep_alive = True
+        # The answer has neither Content-Length nor Transfer-Encoding: its body ends when the origin closes.
+        self._until_close = False
         # (scheme, host, port): the pool the connection belongs to.
         self.address = OriginAddress("", "", 0, b"")
 
@@ -85,8 +87,14 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         self.reusable = False
         self._writable.set()
-        if not self._done:
-            self._fail(httpx.RemoteProtocolError("the origin closed the connection before the answer ended"))
+        if self._done:
+            return
+        if exc is None and self._until_close:
+            # RFC 9112 6.3 rule 8: a clean close is how such an answer ends (HTTP/1.0 servers, PHP's built-in
+            # server, http.server, CGI front-ends). A reset (exc) or a timeout still leaves it cut short.
+            self._finish()
+            return
+        self._fail(httpx.RemoteProtocolError("the origin closed the connection before the answer ended"))
 
     def pause_writing(self) -> None:
         self._writable.clear()
@@ -120,8 +128,10 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         assert self._parser is not None and self._head is not None
         self._keep_alive = self._parser.should_keep_alive()
+        status = self._parser.get_status_code()
+        self._until_close = not self._head_only and _delimited_by_close(status, self._headers)
         if not self._head.done():
-            self._head.set_result((self._parser.get_status_code(), self._headers))
+            self._head.set_result((status, self._headers))
         if self._head_only:
             self._finish()  # a HEAD answer has no body, whatever its Content-Length says
 
@@ -147,6 +157,7 @@ class _Connection(asyncio.Protocol):
         self._done = False
         self._error = None
         self.reusable = False
+        self._until_close = False
         self._head_only = method == "HEAD"
         if body is None or isinstance(body, bytes):
             self.transport.write(head + body if body else head)
@@ -427,6 +438,13 @@ class OriginTransport(httpx.AsyncBaseTransport):
         self._open.discard(connection)
         if connection.transport is not None:
             connection.transport.close()
+
+
+def _delimited_by_close(status: int, headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether an answer's body runs until the connection closes (RFC 9112 6.3): unframed, of a status with a body."""
+    if status < 200 or status in (204, 304):
+        return False
+    return not any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in headers)
 
 
 def _has(headers: list[tuple[bytes, bytes]], wanted: bytes) -> bool:
