@@ -173,6 +173,13 @@ class ServerSettings:
     max_connections: int = 2048
     # Seconds an idle keep-alive connection is kept open.
     keep_alive_seconds: int = 5
+    # People's requests to the origin (serve): waiting for a connection, and the longest silence between two
+    # reads of the answer or two writes of the request body, never a total, so a 45 s export arrives whole
+    # (nginx's proxy_connect_timeout, proxy_read_timeout and proxy_send_timeout, with nginx's 60 s). Fills
+    # have their own total, cache.fill_timeout_seconds.
+    origin_connect_timeout_seconds: float = 5.0
+    origin_read_timeout_seconds: float = 60.0
+    origin_send_timeout_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         _require(0 < self.port < 65536, "server.port", self.port, "Must be a port number from 1 to 65535.")
@@ -209,12 +216,13 @@ class ServerSettings:
             _fail("server.fill_client_address", self.fill_client_address, "Must be an IP address, e.g. 192.0.2.1.")
         for name in ("max_header_bytes", "max_headers", "max_connections", "keep_alive_seconds"):
             _require(getattr(self, name) > 0, f"server.{name}", getattr(self, name), "Must be a positive integer.")
-        _require(
-            self.header_timeout_seconds > 0,
-            "server.header_timeout_seconds",
-            self.header_timeout_seconds,
-            "Must be a positive number.",
-        )
+        for name in (
+            "header_timeout_seconds",
+            "origin_connect_timeout_seconds",
+            "origin_read_timeout_seconds",
+            "origin_send_timeout_seconds",
+        ):
+            _require(getattr(self, name) > 0, f"server.{name}", getattr(self, name), "Must be a positive number.")
         _require(
             self.websocket_max_message_bytes > 0,
             "server.websocket_max_message_bytes",

@@ -7,13 +7,21 @@ Python's ``http.server`` (which ends every body by closing), and small Starlette
 
 from __future__ import annotations
 
+import asyncio
 import http.server
+import socket
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
 
 from crawlergate.adapters.proxy import create_app
 from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
@@ -128,3 +136,77 @@ def test_proxy_http_server_origin_pages_are_cached_for_crawlers(tmp_path: Path) 
     assert crawler[1].headers["x-crawlergate"] in HITS
     assert crawler[0].content == crawler[1].content == person.content
     assert person.content.startswith(b"<html><body><p>/thread?t=1</p>") and person.content.endswith(b"</html>")
+
+
+def _slow_site() -> Starlette:
+    async def slow(request: Request) -> Response:
+        await asyncio.sleep(float(request.query_params["s"]))
+        return HTMLResponse("<p>worth the wait</p>")
+
+    return Starlette(routes=[Route("/report", slow)])
+
+
+def test_proxy_people_wait_for_a_slow_page_while_a_fill_gives_up_at_its_deadline(tmp_path: Path) -> None:
+    # The defaults, as a new user has them: a 45 s export for a person, the 30 s fill deadline for a crawler.
+    origin = ServerThread(_slow_site()).start()
+    proxy = _proxy(origin.url, tmp_path)
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            started = time.monotonic()
+            person = pool.submit(httpx.get, f"{proxy.url}/report?s=45", headers=FIREFOX, timeout=90)
+            crawler = pool.submit(httpx.get, f"{proxy.url}/report?s=45", headers=GOOGLEBOT, timeout=90)
+            crawler_answer = crawler.result()
+            crawler_s = time.monotonic() - started
+            person_answer = person.result()
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert crawler_answer.status_code == 504 and 29 < crawler_s < 40
+    assert person_answer.status_code == 200 and person_answer.text == "<p>worth the wait</p>"
+
+
+def test_proxy_people_time_out_after_the_read_timeout_not_before(tmp_path: Path) -> None:
+    origin = ServerThread(_slow_site()).start()
+    proxy = _proxy(origin.url, tmp_path, origin_read_timeout_seconds=1.0)
+    try:
+        waited = httpx.get(f"{proxy.url}/report?s=0.5", headers=FIREFOX)
+        gave_up = httpx.get(f"{proxy.url}/report?s=3", headers=FIREFOX)
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert waited.status_code == 200
+    assert gave_up.status_code == 504
+
+
+@pytest.mark.parametrize("rest", [pytest.param(b"", id="cut"), pytest.param(b"zz\r\nnot a chunk\r\n", id="malformed")])
+def test_proxy_cut_or_malformed_chunked_upload_never_reaches_the_origin_whole(tmp_path: Path, rest: bytes) -> None:
+    received: list[str] = []
+
+    async def upload(request: Request) -> Response:
+        try:
+            body = b"".join([chunk async for chunk in request.stream()])
+        except ClientDisconnect:
+            received.append("cut")
+            raise
+        received.append(f"whole:{body!r}")
+        return Response("stored")
+
+    origin = ServerThread(Starlette(routes=[Route("/upload", upload, methods=["POST"])])).start()
+    proxy = _proxy(origin.url, tmp_path)
+    browser = "".join(f"{name}: {value}\r\n" for name, value in FIREFOX.items()).encode()
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as raw:
+            raw.sendall(
+                b"POST /upload HTTP/1.1\r\nHost: site.example\r\nCookie: session=1\r\nTransfer-Encoding: chunked\r\n"
+                + browser
+                + b"\r\n5\r\nhello\r\n"
+                + rest
+            )
+            time.sleep(0.3)
+        deadline = time.monotonic() + 5
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert received == ["cut"]

@@ -147,7 +147,10 @@ class _Connection(asyncio.Protocol):
             self._finish()
 
     # the request
-    async def send(self, method: str, head: bytes, body: RequestBody, chunked: bool) -> None:
+    async def send(
+        self, method: str, head: bytes, body: RequestBody, chunked: bool, step_timeout_s: float | None = None
+    ) -> None:
+        """Write the request; a streamed body may wait at most ``step_timeout_s`` for each chunk and each write."""
         assert self.transport is not None
         self._parser = httptools.HttpResponseParser(self)
         self._head = asyncio.get_running_loop().create_future()
@@ -163,10 +166,17 @@ class _Connection(asyncio.Protocol):
             self.transport.write(head + body if body else head)
             return
         self.transport.write(head)
-        async for chunk in body:
+        chunks = aiter(body)
+        while True:
+            # Between writes, not in total (nginx's proxy_send_timeout): a long upload is fine, a stall is not.
+            async with asyncio.timeout(step_timeout_s):
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                await self._writable.wait()
             if not chunk:
                 continue
-            await self._writable.wait()
             if self.closed:
                 raise httpx.WriteError("the origin closed the connection during the request body")
             self.transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
@@ -385,8 +395,7 @@ class OriginTransport(httpx.AsyncBaseTransport):
                 if body is None or isinstance(body, bytes):
                     await connection.send(method, head, body, chunked)  # one write, no wait: no timer
                 else:
-                    async with asyncio.timeout(timeouts.get("write")):
-                        await connection.send(method, head, body, chunked)
+                    await connection.send(method, head, body, chunked, timeouts.get("write"))
                 status, answer_headers = await connection.head(timeouts.get("read"))
             except httpx.RemoteProtocolError:
                 self._discard(connection)

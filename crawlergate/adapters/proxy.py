@@ -82,7 +82,8 @@ class ReverseProxy:
 
     Parameters:
         origin: base URL, e.g. ``http://127.0.0.1:8000``.
-        timeout_s: read timeout between bytes from the origin; connect gets ``connect_timeout_s``.
+        timeout_s: the longest wait between two reads from the origin (the answer's head included);
+            connect gets ``connect_timeout_s``, each write of a request body ``send_timeout_s``.
         trusted_proxies: addresses or networks whose X-Forwarded-* headers are believed.
         public_url: the site as the world sees it; empty takes each request's own scheme and Host.
         forward_host: "client" sends the client's Host to the origin, "origin" the origin's address.
@@ -95,6 +96,7 @@ class ReverseProxy:
         *,
         timeout_s: float = 60.0,
         connect_timeout_s: float = 5.0,
+        send_timeout_s: float = 60.0,
         trusted_proxies: tuple[str, ...] = (),
         public_url: str = "",
         forward_host: str = "client",
@@ -120,7 +122,7 @@ class ReverseProxy:
         self._timeouts = {
             "connect": connect_timeout_s,
             "read": timeout_s,
-            "write": timeout_s,
+            "write": send_timeout_s,
             "pool": connect_timeout_s,
         }
         self._address = OriginAddress.from_url(httpx.URL(self.origin))
@@ -162,6 +164,8 @@ class ReverseProxy:
         transport = self._single_use if fill or method == "HEAD" else self._transport
         try:
             answer = await transport.exchange(method, self._address, target, headers, body, self._timeouts)
+        except _ClientLeft:
+            return  # the origin's connection was closed mid-body: nobody is left to answer
         except httpx.TimeoutException as exc:
             if fill:  # the gate's own fill: the filler says what failed, not a 504 of ours posing as the site's
                 raise OriginTimeout(f"the origin {self.origin} did not answer in time") from exc
@@ -271,7 +275,10 @@ def create_app(settings: Settings) -> CrawlerGateMiddleware:
         raise ConfigError("Setting 'server.origin' is empty. The proxy needs the site's URL, e.g. --origin URL.")
     proxy = ReverseProxy(
         settings.server.origin,
-        timeout_s=settings.cache.fill_timeout_seconds,
+        # People's timeouts between reads and writes; a fill's total deadline is the gate's (AsgiOrigin).
+        timeout_s=settings.server.origin_read_timeout_seconds,
+        connect_timeout_s=settings.server.origin_connect_timeout_seconds,
+        send_timeout_s=settings.server.origin_send_timeout_seconds,
         trusted_proxies=settings.server.trusted_proxies,
         public_url=settings.server.public_url,
         forward_host=settings.server.forward_host,
@@ -334,11 +341,16 @@ def _has_body(scope: Scope) -> bool:
     return False
 
 
+class _ClientLeft(Exception):
+    """Raised when a client leaves before its request body ended, likely a cut or malformed upload."""
+
+
 async def _request_body(receive: Receive) -> AsyncIterator[bytes]:
     while True:
         message: Message = await receive()
         if message["type"] == "http.disconnect":
-            return
+            # Never end the body for the client: the origin would take a cut upload for a whole one.
+            raise _ClientLeft
         chunk = message.get("body", b"")
         if chunk:
             yield chunk
