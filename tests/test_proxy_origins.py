@@ -210,3 +210,31 @@ def test_proxy_cut_or_malformed_chunked_upload_never_reaches_the_origin_whole(tm
         proxy.stop()
         origin.stop()
     assert received == ["cut"]
+
+
+@pytest.mark.parametrize("kind", ["length", "chunked", "close"])
+def test_proxy_page_over_the_size_limit_is_passed_to_crawlers_and_counted_too_big(tmp_path: Path, kind: str) -> None:
+    page = b"<p>" + b"b" * (9 * 1024 * 1024) + b"</p>"
+
+    def answer(method: bytes, path: bytes) -> tuple[bytes, bool | str]:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+        if kind == "length":
+            return head + b"Content-Length: %d\r\n\r\n" % len(page) + page, False
+        if kind == "chunked":
+            half = len(page) // 2
+            chunks = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, page[:half], len(page) - half, page[half:])
+            return head + b"Transfer-Encoding: chunked\r\n\r\n" + chunks, False
+        return head + b"\r\n" + page, True
+
+    origin = RawHttpServer(answer).start()
+    proxy = _proxy(origin.url, tmp_path)
+    try:
+        answers = [httpx.get(f"{proxy.url}/big", headers=GOOGLEBOT, timeout=30) for _ in range(2)]
+        stats = httpx.get(f"{proxy.url}/_crawlergate/stats").json()
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert [answer.status_code for answer in answers] == [200, 200]
+    assert all(answer.content == page and answer.headers["x-crawlergate"] == "pass" for answer in answers)
+    assert stats["not_stored"] == {"too-big": 2} and stats["origin_errors"] == 0
+    assert not list((tmp_path / "l2").rglob("*.page"))

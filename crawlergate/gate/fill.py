@@ -165,8 +165,11 @@ class Filler:
 
     def _count_failure(self, error: OriginError, started: float) -> None:
         self._count_fetch(started)
+        if isinstance(error, PageTooLarge):  # the site answered; the page is passed on, not stored
+            self.metrics.count_not_stored("too-big")
+            return
         self.metrics.count("origin_errors")
-        self.metrics.count_not_stored("too-big" if isinstance(error, PageTooLarge) else "origin-error")
+        self.metrics.count_not_stored("origin-error")
 
     def _counted(self, judged: Page | Unstored) -> Page | Unstored:
         if isinstance(judged, Unstored) and (judged.has("origin-error") or judged.has("incomplete")):

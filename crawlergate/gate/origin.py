@@ -230,7 +230,7 @@ class AsgiOrigin:
         except OriginError:
             raise
         except Exception as exc:
-            raise OriginError(f"{target}: the site raised {type(exc).__name__}: {exc}") from exc
+            raise _origin_error(target, exc) from exc
         complete = finished.is_set()
         finished.set()
         if start is None:
@@ -308,6 +308,17 @@ class WsgiOrigin:
             raise OriginError(f"{target}: the site sent no response")
         status, headers = started[0]
         return body.response(int(status.split(" ", 1)[0]), ((name.lower(), value) for name, value in headers))
+
+
+def _origin_error(target: str, exc: Exception) -> OriginError:
+    """What an app's exception means for a fill: an OriginError of ours raised inside a task group (the proxy
+    streams in one, and the size limit is enforced as the body arrives) is that error, not the site's."""
+    if isinstance(exc, ExceptionGroup):
+        ours, _ = exc.split(OriginError)
+        if ours is not None:
+            first = ours.exceptions[0]
+            return first if isinstance(first, OriginError) else _origin_error(target, first)
+    return OriginError(f"{target}: the site raised {type(exc).__name__}: {exc}")
 
 
 def _public_site(public: PublicSite | None, target: str) -> PublicSite:
