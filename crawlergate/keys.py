@@ -46,6 +46,14 @@ _PATH_SESSION = re.compile(rb"(?i);jsessionid=[^/;?]*")
 _PATH_SAFE = "/:@!$&'()*+,;="
 
 
+def _name_of(pair: tuple[str, str]) -> str:
+    return pair[0]
+
+
+def _name_in(pair: str) -> str:
+    return pair.partition("=")[0]
+
+
 @dataclass(frozen=True, slots=True)
 class CacheKey:
     """A page's identity: ``target`` is what the guest sub-request fetches, ``digest`` names it in the stores."""
@@ -142,7 +150,11 @@ class KeyMaker:
         return not path.lower().endswith(rules.static_extensions)
 
     def normalise_query(self, path: str, query_string: bytes) -> str:
-        """Sorted, re-encoded parameters that count for this path; the others are dropped."""
+        """Re-encoded parameters that count for this path, sorted by name; the others are dropped.
+
+        Values of one name keep the order they came in: PHP reads ``a[]=zeta&a[]=alpha`` as a list, and
+        "first value wins" frameworks read ``x=2&x=1`` as 2, so they are different pages.
+        """
         if not query_string:
             return ""
         text = query_string.decode("latin-1")
@@ -150,7 +162,7 @@ class KeyMaker:
         if _PLAIN_QUERY.fullmatch(text):
             # Nothing to decode or re-encode (the common case): split, filter and sort as they stand.
             pairs = [part.partition("=")[::2] for part in text.split("&") if part]
-            counted = sorted((name, value) for name, value in pairs if self._counts(name, keep))
+            counted = sorted(((name, value) for name, value in pairs if self._counts(name, keep)), key=_name_of)
             return "&".join(f"{name}={value}" for name, value in counted)
         # Escapes normalised as in paths, bytes a query may not hold escaped, and nothing else touched: the
         # site gets "+", "," and its own byte encoding as the client sent them, or it may redirect to them.
@@ -161,7 +173,7 @@ class KeyMaker:
                 name = pair.partition("=")[0]
                 if self._counts(unquote(name, errors="replace"), keep):
                     normalised.append(pair)
-        return "&".join(sorted(normalised))
+        return "&".join(sorted(normalised, key=_name_in))
 
     def _excluded_query(self, query: str) -> bool:
         pattern = self.rules.exclude_params

@@ -20,6 +20,11 @@ def keys() -> KeyMaker:
         pytest.param(b"/a/./b/../c", b"", "/a/c", id="dot-segments"),
         pytest.param(b"/a%2Fb", b"", "/a%2Fb", id="encoded-slash-stays-encoded"),
         pytest.param(b"/t", b"b=2&a=1", "/t?a=1&b=2", id="sorted-query"),
+        pytest.param(b"/t", b"x=2&b=0&x=1", "/t?b=0&x=2&x=1", id="repeated-name-keeps-value-order"),
+        pytest.param(b"/t", b"x=1&x=2", "/t?x=1&x=2", id="repeated-name-in-order"),
+        pytest.param(
+            b"/t", b"a%5B%5D=zeta&b=1&a%5B%5D=alpha", "/t?a%5B%5D=zeta&a%5B%5D=alpha&b=1", id="php-array-keeps-order"
+        ),
         pytest.param(b"/t", b"a=1&utm_source=x&fbclid=y&PHPSESSID=z", "/t?a=1", id="tracking-dropped"),
         pytest.param(b"/showthread.php", b"t=12&highlight=x&page=2", "/showthread.php?page=2&t=12", id="allow-list"),
         pytest.param(b"/t", b"q=a%20b&r=", "/t?q=a%20b&r=", id="query-reencoded"),
