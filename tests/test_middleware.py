@@ -647,3 +647,21 @@ async def test_middleware_empty_200_never_replaces_a_stored_page(tmp_path: Path)
         stale = await client.get("/t/1", headers=GOOGLEBOT)
     assert (stale.headers["x-crawlergate"], stale.text) == ("stale", "<p>whole page</p>")
     assert gate.stats()["not_stored"] == {"empty": 1}
+
+
+async def test_middleware_app_mounted_under_a_prefix_is_filled_as_mounted(tmp_path: Path) -> None:
+    from starlette.routing import Mount
+
+    async def post(request: Request) -> Response:
+        return HTMLResponse("<p>a post</p>")
+
+    # The blog knows only its own paths; Starlette's Mount gives it root_path /blog (the ASGI SCRIPT_NAME).
+    blog = Starlette(routes=[Route("/post", post)])
+    gate = CrawlerGateMiddleware(blog, settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
+    site = Starlette(routes=[Mount("/blog", app=gate)])
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=site), base_url="http://forum.test") as client:
+        crawler = [await client.get("/blog/post", headers=GOOGLEBOT) for _ in range(2)]
+        person = await client.get("/blog/post", headers=FIREFOX)
+    assert [answer.status_code for answer in crawler] == [200, 200]
+    assert [answer.headers["x-crawlergate"] for answer in crawler] == ["miss", "l1-hit"]
+    assert crawler[1].text == person.text == "<p>a post</p>"

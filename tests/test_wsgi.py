@@ -133,3 +133,28 @@ def test_wsgi_fill_deadline_holds_when_the_site_hangs(tmp_path: Path) -> None:
     assert hung.status_code == 504 and elapsed < 3
     assert health.status_code == 200
     assert later.headers["x-crawlergate"] in ("l1-hit", "l2-hit") and later.text == "<p>late page</p>"
+
+
+def test_wsgi_app_mounted_under_a_prefix_is_filled_as_mounted(tmp_path: Path) -> None:
+    from werkzeug.middleware.dispatcher import DispatcherMiddleware
+
+    def blog(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        # The app knows only its own paths: it is mounted at /blog (SCRIPT_NAME), as PEP 3333 says.
+        if environ["SCRIPT_NAME"] == "/blog" and environ["PATH_INFO"] == "/post":
+            start_response("200 OK", [("Content-Type", "text/html")])
+            return [b"<p>a post</p>"]
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"no such page"]
+
+    def root(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"root"]
+
+    gate = CrawlerGateWSGI(blog, settings=_settings(tmp_path))
+    site = DispatcherMiddleware(root, {"/blog": gate})
+    with httpx.Client(transport=httpx.WSGITransport(app=site), base_url="http://forum.test") as client:
+        crawler = [client.get("/blog/post", headers=GOOGLEBOT) for _ in range(2)]
+        person = client.get("/blog/post", headers=FIREFOX)
+    assert [answer.status_code for answer in crawler] == [200, 200]
+    assert [answer.headers["x-crawlergate"] for answer in crawler] == ["miss", "l1-hit"]
+    assert crawler[1].text == person.text == "<p>a post</p>"

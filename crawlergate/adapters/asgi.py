@@ -252,6 +252,7 @@ class CrawlerGateMiddleware:
     def _fetch(self, key: CacheKey, scope: Scope) -> Awaitable[OriginResponse]:
         """The guest sub-request for the visitor of ``scope``."""
         client, server = scope.get("client"), scope.get("server")
+        self.origin.root_path = scope.get("root_path", "")
         if server:
             self._arrived_at = PublicSite.from_server(scope.get("scheme", "http"), server)
         return self.origin.fetch_guest(

@@ -196,6 +196,7 @@ class CrawlerGateWSGI:
         client = self.core.client_address(
             environ.get("REMOTE_ADDR"), [(b"x-forwarded-for", environ.get("HTTP_X_FORWARDED_FOR", "").encode())]
         )
+        self.origin.script_name = environ.get("SCRIPT_NAME", "")
         arrived_at = self._arrived_at = PublicSite.from_server(
             environ.get("wsgi.url_scheme", "http"), (environ.get("SERVER_NAME", ""), environ.get("SERVER_PORT"))
         )

@@ -168,6 +168,9 @@ class AsgiOrigin:
         self._fill_client = fill_client_address
         self._timeout_s = timeout_s
         self._max_bytes = max_bytes
+        # Where the site is mounted (the requests' ``root_path``, as the adapter last saw it): fills are
+        # called as mounted, or a site under /blog answers /blog/post with its 404.
+        self.root_path = ""
 
     async def fetch_guest(
         self, target: str, *, client: str | None = None, arrived_at: PublicSite | None = None
@@ -196,7 +199,7 @@ class AsgiOrigin:
             "path": unquote_to_bytes(raw_path).decode("utf-8", "replace"),
             "raw_path": raw_path,
             "query_string": query,
-            "root_path": "",
+            "root_path": self.root_path,
             "headers": [(name.encode(), value.encode("latin-1")) for name, value in fill_headers(public, client)],
             "client": (client, 0),
             "server": (host, int(port) if port.isdigit() else (443 if public.scheme == "https" else 80)),
@@ -254,6 +257,8 @@ class WsgiOrigin:
         self.public = public
         self._fill_client = fill_client_address
         self._max_bytes = max_bytes
+        # Where the site is mounted (the requests' SCRIPT_NAME, as the adapter last saw it): see AsgiOrigin.
+        self.script_name = ""
 
     def fetch_guest(
         self, target: str, *, client: str | None = None, arrived_at: PublicSite | None = None
@@ -263,10 +268,11 @@ class WsgiOrigin:
         address = fill_client(client, self._fill_client)
         raw_path, _, query = target.partition("?")
         name, _, port = public.host.rpartition(":") if public.host.count(":") == 1 else (public.host, "", "")
+        script_name, path_info = _mounted(self.script_name, unquote_to_bytes(raw_path).decode("latin-1"))
         environ: dict[str, Any] = {
             "REQUEST_METHOD": "GET",
-            "SCRIPT_NAME": "",
-            "PATH_INFO": unquote_to_bytes(raw_path).decode("latin-1"),
+            "SCRIPT_NAME": script_name,
+            "PATH_INFO": path_info,
             "QUERY_STRING": query,
             "RAW_URI": target,
             "SERVER_NAME": name,
@@ -308,6 +314,13 @@ class WsgiOrigin:
             raise OriginError(f"{target}: the site sent no response")
         status, headers = started[0]
         return body.response(int(status.split(" ", 1)[0]), ((name.lower(), value) for name, value in headers))
+
+
+def _mounted(script_name: str, path: str) -> tuple[str, str]:
+    """SCRIPT_NAME and PATH_INFO of ``path`` for an app mounted at ``script_name`` (PEP 3333)."""
+    if script_name and (path == script_name or path.startswith(script_name + "/")):
+        return script_name, path[len(script_name) :]
+    return "", path
 
 
 def _origin_error(target: str, exc: Exception) -> OriginError:
