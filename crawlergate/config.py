@@ -96,13 +96,14 @@ DEFAULT_IGNORED_COOKIES = (
 
 
 # Headers crawlers need, kept with a stored page: indexing directives, canonical and alternate links,
-# language, where a redirect goes, and the security headers a browser served from the cache needs.
+# language, where a redirect goes (Location, Refresh), and the security headers a browser served from the cache needs.
 DEFAULT_STORED_HEADERS = (
     "X-Robots-Tag",
     "Link",
     "Content-Language",
     "Content-Location",
     "Location",
+    "Refresh",
     "Content-Disposition",
     "Content-Security-Policy",
     "X-Content-Type-Options",

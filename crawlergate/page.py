@@ -59,16 +59,19 @@ class Page:
         headers: tuple[tuple[str, str], ...] = (),
         body_gz: bytes | None = None,
         generation_ms: float = 0.0,
+        origin_etag: str | None = None,
     ) -> Page:
         """Compress a response once (``mtime=0``, so equal bodies give equal bytes) and hash it for the ETag.
 
         ``body_gz`` is the site's own gzip of ``body``, stored as it came instead of compressing again.
+        ``origin_etag`` is the site's own ETag: a strong one is kept (weakened, see ``page_etag``), so a
+        crawler that revalidates with the site's validator gets 304 from the cache as from the site.
         """
         return cls(
             status=status,
             body_gz=body_gz if body_gz is not None else gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0),
             content_type=content_type,
-            etag=content_etag(body),
+            etag=page_etag(body, origin_etag),
             last_modified=float(int(last_modified if last_modified is not None else generated_at)),
             generated_at=generated_at,
             expires_at=generated_at + ttl_seconds,
@@ -137,6 +140,20 @@ class Page:
             if isinstance(exc, CorruptPage):
                 raise
             raise CorruptPage(str(exc)) from exc
+
+
+def page_etag(body: bytes, origin_etag: str | None) -> str:
+    """The site's strong ETag made weak, else one from the content (``content_etag``).
+
+    Weak because the gzip and identity representations share it (nginx weakens a strong ETag when it
+    compresses, for the same reason); If-None-Match compares weakly, so the site's tag still matches.
+    A weak ETag of the site's is not kept: it may stay while the bytes change, and the regenerator
+    tells changed pages by their ETag.
+    """
+    tag = (origin_etag or "").strip()
+    if len(tag) >= 2 and tag[0] == tag[-1] == '"' and '"' not in tag[1:-1] and tag.isascii():
+        return "W/" + tag
+    return content_etag(body)
 
 
 def content_etag(body: bytes) -> str:

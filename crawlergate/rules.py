@@ -305,8 +305,13 @@ def _param_glob(pattern: str) -> str:
     return pattern if "=" in pattern else pattern + "=*"
 
 
+def rules_folder(rules_dir: str) -> Path:
+    """The rules folder a ``classify.rules_dir`` setting names: the shipped rules when it is empty."""
+    return Path(rules_dir) if rules_dir else default_rules_dir()
+
+
 def site_profiles_dir(rules_dir: str) -> Path:
-    return (Path(rules_dir) if rules_dir else default_rules_dir()) / "sites"
+    return rules_folder(rules_dir) / "sites"
 
 
 def load_site_profiles(rules_dir: str, names: Sequence[str]) -> list[SiteProfile]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
+from crawlergate.devices import DEVICES_FILE, load_device_classes
 from crawlergate.gate.accesslog import AccessLog
 from crawlergate.gate.dirty import DirtyIndex
 from crawlergate.gate.engine import GateCore
@@ -27,7 +28,7 @@ from crawlergate.metrics import Metrics
 from crawlergate.regenerate.regenerator import Regenerator
 from crawlergate.regenerate.schedule import Lease, OffPeakJob, Window
 from crawlergate.regenerate.state import RegenerationState
-from crawlergate.rules import load_site_profiles
+from crawlergate.rules import load_site_profiles, rules_folder
 from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.memcached import MemcachedStore
@@ -85,6 +86,7 @@ def build_core(
         judge=Judge.from_settings(settings, cache.metrics, families),
         valve=OverloadValve(settings.valve),
         writes=WriteRules(rule for profile in profiles for rule in profile.writes),
+        devices=load_device_classes(rules_folder(settings.classify.rules_dir) / DEVICES_FILE),
         clock=clock,
     )
 

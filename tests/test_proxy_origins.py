@@ -238,3 +238,91 @@ def test_proxy_page_over_the_size_limit_is_passed_to_crawlers_and_counted_too_bi
     assert all(answer.content == page and answer.headers["x-crawlergate"] == "pass" for answer in answers)
     assert stats["not_stored"] == {"too-big": 2} and stats["origin_errors"] == 0
     assert not list((tmp_path / "l2").rglob("*.page"))
+
+
+def test_proxy_cached_answers_keep_the_origins_validator_refresh_and_ranges(tmp_path: Path) -> None:
+    body = b"<html>" + b"r" * 5000 + b"</html>"
+
+    def answer(method: bytes, path: bytes) -> tuple[bytes, bool | str]:
+        head = b'HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: "v42"\r\nRefresh: 30; url=/next\r\n'
+        return head + b"Content-Length: %d\r\n\r\n" % len(body) + body, False
+
+    origin = RawHttpServer(answer).start()
+    proxy = _proxy(origin.url, tmp_path)
+    identity = {**GOOGLEBOT, "accept-encoding": "identity"}
+    try:
+        with httpx.Client(base_url=proxy.url) as client:
+            client.get("/p", headers=GOOGLEBOT)
+            hit = client.get("/p", headers=GOOGLEBOT)
+            revalidated = client.get("/p", headers={**GOOGLEBOT, "if-none-match": '"v42"'})
+            first = client.get("/p", headers={**identity, "range": "bytes=0-5"})
+            tail = client.get("/p", headers={**identity, "range": "bytes=-7"})
+            past = client.get("/p", headers={**identity, "range": "bytes=99999-"})
+            several = client.get("/p", headers={**identity, "range": "bytes=0-1,4-5"})
+            if_range = client.get("/p", headers={**identity, "range": "bytes=0-5", "if-range": '"v42"'})
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert hit.headers["x-crawlergate"] in HITS
+    # The origin's strong tag, weakened as nginx does when it compresses: If-None-Match compares weakly.
+    assert hit.headers["etag"] == 'W/"v42"' and revalidated.status_code == 304
+    assert hit.headers["refresh"] == "30; url=/next" and hit.headers["accept-ranges"] == "bytes"
+    assert (first.status_code, first.content, first.headers["content-range"]) == (
+        206,
+        b"<html>",
+        f"bytes 0-5/{len(body)}",
+    )
+    assert (tail.status_code, tail.content) == (206, b"</html>")
+    assert (past.status_code, past.headers["content-range"]) == (416, f"bytes */{len(body)}")
+    assert (several.status_code, several.content) == (200, body)
+    assert (if_range.status_code, if_range.content) == (200, body)
+
+
+GOOGLEBOT_SMARTPHONE = {
+    "user-agent": "Mozilla/5.0 (Linux; Android 6.0.1; Nexus 5X Build/MMB29P) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/131.0.6778.204 Mobile Safari/537.36 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+}
+
+
+def _dynamic_serving_site(fetched: list[str]) -> Starlette:
+    """A site that serves phones their own page at the same URL, and says so (Vary: User-Agent)."""
+
+    async def page(request: Request) -> Response:
+        agent = request.headers.get("user-agent", "")
+        fetched.append(agent)
+        kind = "mobile" if "Mobile" in agent else "desktop"
+        return HTMLResponse(f"<p>{kind} {request.url.path}</p>", headers={"vary": "User-Agent"})
+
+    async def plain(request: Request) -> Response:
+        fetched.append(request.headers.get("user-agent", ""))
+        return HTMLResponse("<p>one page for all</p>")
+
+    return Starlette(routes=[Route("/plain", plain), Route("/{name}", page)])
+
+
+def test_proxy_pages_that_vary_by_user_agent_are_cached_per_device(tmp_path: Path) -> None:
+    fetched: list[str] = []
+    origin = ServerThread(_dynamic_serving_site(fetched)).start()
+    gate = create_app(Settings(server=ServerSettings(origin=origin.url), l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
+    proxy = ServerThread(gate).start()
+    try:
+        with httpx.Client(base_url=proxy.url) as client:
+            phone = [client.get("/story", headers=GOOGLEBOT_SMARTPHONE) for _ in range(2)]
+            desktop = [client.get("/story", headers=GOOGLEBOT) for _ in range(2)]
+            fills_of_story = len(fetched)
+            plain = [client.get("/plain", headers=agent) for agent in (GOOGLEBOT_SMARTPHONE, GOOGLEBOT)]
+            fills_of_plain = len(fetched) - fills_of_story
+            marked = gate.mark_changed("/story")
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert [answer.text for answer in phone] == ["<p>mobile /story</p>"] * 2
+    assert [answer.text for answer in desktop] == ["<p>desktop /story</p>"] * 2
+    assert phone[0].headers["x-crawlergate"] == "miss"
+    assert [answer.headers["x-crawlergate"] for answer in (phone[1], *desktop)] == ["l1-hit"] * 3
+    assert all(answer.headers["vary"] == "Accept-Encoding, User-Agent" for answer in (*phone, *desktop))
+    # The page's own copy (desktop) told the gate it varies, then the phone's copy was fetched as a phone.
+    assert fills_of_story == 2 and "Mobile" not in fetched[0] and "Mobile" in fetched[1]
+    # A page that does not vary is one page for every device: one fill, and the phone's key is the page's.
+    assert [answer.text for answer in plain] == ["<p>one page for all</p>"] * 2 and fills_of_plain == 1
+    assert marked == 2  # the page and its phone copy

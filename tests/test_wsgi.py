@@ -158,3 +158,20 @@ def test_wsgi_app_mounted_under_a_prefix_is_filled_as_mounted(tmp_path: Path) ->
     assert [answer.status_code for answer in crawler] == [200, 200]
     assert [answer.headers["x-crawlergate"] for answer in crawler] == ["miss", "l1-hit"]
     assert crawler[1].text == person.text == "<p>a post</p>"
+
+
+def test_wsgi_pages_that_vary_by_user_agent_are_cached_per_device(tmp_path: Path) -> None:
+    phone = {
+        "user-agent": "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile Safari (compatible; Googlebot/2.1)"
+    }
+
+    def site(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        kind = "mobile" if "Mobile" in environ.get("HTTP_USER_AGENT", "") else "desktop"
+        start_response("200 OK", [("Content-Type", "text/html"), ("Vary", "User-Agent")])
+        return [f"<p>{kind}</p>".encode()]
+
+    gate = CrawlerGateWSGI(site, settings=_settings(tmp_path))
+    with _client(gate) as client:
+        answers = [client.get("/t/1", headers=agent) for agent in (phone, GOOGLEBOT, phone, GOOGLEBOT)]
+    assert [answer.text for answer in answers] == ["<p>mobile</p>", "<p>desktop</p>"] * 2
+    assert [answer.headers["x-crawlergate"] for answer in answers] == ["miss", "l1-hit", "l1-hit", "l1-hit"]

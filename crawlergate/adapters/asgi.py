@@ -13,6 +13,7 @@ the stored copy is served as ``stale``. Every response carries ``X-Crawlergate``
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 
@@ -84,6 +85,7 @@ class CrawlerGateMiddleware:
             fill_client_address=settings.server.fill_client_address,
             timeout_s=settings.cache.fill_timeout_seconds,
             max_bytes=settings.l2.page_max_bytes,
+            devices=self.core.devices,
         )
         self.filler = Filler(self.core)
         self.admin = self.core.admin
@@ -196,6 +198,10 @@ class CrawlerGateMiddleware:
         # memcached too (3,000 vs 5,000 hits/s, scripts/bench_gate.py): pymemcache spends ~100 µs of
         # Python per 17 KB get, which threads cannot overlap under the GIL. L2 reads the disk: a thread.
         found = self.cache.lookup_l1(key) or await anyio.to_thread.run_sync(self.cache.lookup_l2, key)
+        variant = self.core.variant_for(key, found.page if found is not None else None, request)
+        if variant is not None:  # the site serves each device its own page: this device's copy
+            key = variant
+            found = self.cache.lookup_l1(key) or await anyio.to_thread.run_sync(self.cache.lookup_l2, key)
         now = self.core.clock()
         if self.core.note_demand(key, now):
             self._in_background(self.core.dirty.upkeep)
@@ -217,7 +223,11 @@ class CrawlerGateMiddleware:
         result: Page | Unstored | None = None
         error: OriginError | None = None
         try:
-            result = await self.filler.fill(key, lambda: self._fetch(key, scope))
+            result = await self.filler.fill(key, functools.partial(self._fetch, key, scope))
+            variant = self.core.variant_for(key, result, request) if isinstance(result, Page) else None
+            if variant is not None:  # the page turned out to vary by device: fill this device's copy too
+                key = variant
+                result = await self.filler.fill(variant, functools.partial(self._fetch, variant, scope))
         except OriginError as exc:
             error = exc
         response: Response | None

@@ -32,6 +32,7 @@ from crawlergate.gate.fill import Filler
 from crawlergate.gate.origin import OriginResponse, PublicSite, WsgiOrigin
 from crawlergate.gate.writes import FORM_BYTES, FORM_TYPES, form_fields
 from crawlergate.keys import CacheKey
+from crawlergate.page import Page
 from crawlergate.regenerate.schedule import Scheduler, start_background_scheduler
 from crawlergate.wiring import build_access_log, build_core, build_regeneration
 
@@ -72,6 +73,7 @@ class CrawlerGateWSGI:
             public=self.core.public,
             fill_client_address=settings.server.fill_client_address,
             max_bytes=settings.l2.page_max_bytes,
+            devices=self.core.devices,
         )
         self.admin = self.core.admin
         self.filler = Filler(self.core)
@@ -182,7 +184,11 @@ class CrawlerGateWSGI:
         now = self.core.clock()
         if self.core.note_demand(key, now):
             self._in_background(self.core.dirty.upkeep)
-        step = self.core.serve_or_fill(key, self.cache.lookup(key), now)
+        found = self.cache.lookup(key)
+        variant = self.core.variant_for(key, found.page if found is not None else None, decision.headers)
+        if variant is not None:  # the site serves each device its own page: this device's copy
+            key, found = variant, self.cache.lookup(variant)
+        step = self.core.serve_or_fill(key, found, now)
         if isinstance(step, Found):
             hit = b"%s-hit" % step.level.encode()
             served = page_response(step.page, method, decision.headers, outcome=hit, now=now)
@@ -200,9 +206,14 @@ class CrawlerGateWSGI:
         arrived_at = self._arrived_at = PublicSite.from_server(
             environ.get("wsgi.url_scheme", "http"), (environ.get("SERVER_NAME", ""), environ.get("SERVER_PORT"))
         )
-        filled = self.filler.fill_blocking(
-            key, lambda: self.origin.fetch_guest(key.target, client=client, arrived_at=arrived_at)
-        )
+        fetch = functools.partial(self.origin.fetch_guest, key.target, client=client, arrived_at=arrived_at)
+        filled = self.filler.fill_blocking(key, fetch)
+        page = filled.result if isinstance(filled.result, Page) else None
+        variant = self.core.variant_for(key, page, decision.headers)
+        if variant is not None:  # the page turned out to vary by device: fill this device's copy too
+            fetch = functools.partial(self.origin.fetch_guest, variant.target, client=client, arrived_at=arrived_at)
+            filled = self.filler.fill_blocking(variant, fetch)
+            key = variant
         response, outcome = self.core.after_fill(key, filled.result, filled.error, step.stale, method, decision.headers)
         if response is None:
             return self._pass(environ, start_response, decision, started)

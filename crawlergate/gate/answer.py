@@ -21,6 +21,8 @@ class ConditionalHeaders(Protocol):
     accept_encoding: bytes
     if_none_match: bytes
     if_modified_since: bytes
+    range: bytes
+    if_range: bytes
 
 
 Response = tuple[int, list[tuple[bytes, bytes]], bytes]
@@ -34,7 +36,7 @@ INLINE_PAGE_BYTES = 256 * 1024
 def page_response(
     page: Page, method: str, request: ConditionalHeaders, *, outcome: bytes, now: float | None = None
 ) -> Response:
-    """Status, headers and body answering with ``page``, honouring encoding, validators and HEAD.
+    """Status, headers and body answering with ``page``, honouring encoding, validators, one range and HEAD.
 
     ``now`` (a page served from the cache) adds its ``Age`` (RFC 9111 5.1): seconds since it was generated.
     """
@@ -48,8 +50,42 @@ def page_response(
         headers.append((b"content-encoding", b"gzip"))
     else:
         body = page.body()
-    headers += [(b"content-type", page.content_type.encode("latin-1")), (b"content-length", b"%d" % len(body))]
-    return page.status, headers, b"" if method == "HEAD" else body
+    headers.append((b"content-type", page.content_type.encode("latin-1")))
+    status = page.status
+    if request.range and status == 200 and not request.if_range:
+        status, body = _ranged(request.range, body, headers)
+    headers.append((b"content-length", b"%d" % len(body)))
+    return status, headers, b"" if method == "HEAD" else body
+
+
+def _ranged(wanted: bytes, body: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:
+    """206 with one range of ``body`` (the representation as sent: gzip bytes when gzip was chosen), 416 for
+    a range past its end, or 200 and the whole body for anything else (several ranges, another unit): RFC
+    9110 14.2 lets a server ignore Range, as nginx does for multiple ranges of a cached answer. An If-Range
+    always gets the whole body: our validators are weak, and If-Range needs a strong one (RFC 9110 13.1.5).
+    """
+    unit, _, spec = wanted.partition(b"=")
+    if unit.strip().lower() != b"bytes" or b"," in spec:
+        return 200, body
+    first, dash, last = spec.strip().partition(b"-")
+    size = len(body)
+    try:
+        if not dash:
+            return 200, body
+        if first:
+            start = int(first)
+            end = min(int(last), size - 1) if last else size - 1
+        else:  # the last N bytes
+            start, end = max(0, size - int(last)), size - 1
+    except ValueError:
+        return 200, body
+    if start < 0 or (last and first and int(last) < start):
+        return 200, body
+    if start >= size:
+        headers.append((b"content-range", b"bytes */%d" % size))
+        return 416, b""
+    headers.append((b"content-range", b"bytes %d-%d/%d" % (start, end, size)))
+    return 206, body[start : end + 1]
 
 
 def plain_response(status: int, body: bytes, *, outcome: bytes | None, retry_after: bytes | None = None) -> Response:
@@ -104,7 +140,11 @@ async def send_response(send: Send, response: Response) -> None:
 def _page_headers(
     etag: str, last_modified: float, kept: tuple[tuple[str, str], ...]
 ) -> tuple[tuple[bytes, bytes], ...]:
-    headers = [(b"etag", etag.encode()), (b"last-modified", formatdate(last_modified, usegmt=True).encode())]
+    headers = [
+        (b"etag", etag.encode()),
+        (b"last-modified", formatdate(last_modified, usegmt=True).encode()),
+        (b"accept-ranges", b"bytes"),
+    ]
     if not any(name == "vary" for name, _ in kept):
         headers.append((b"vary", b"Accept-Encoding"))
     return (*headers, *((name.encode("latin-1"), value.encode("latin-1")) for name, value in kept))

@@ -25,6 +25,7 @@ from crawlergate.admin.endpoints import AdminEndpoints
 from crawlergate.cache import Found, TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
+from crawlergate.devices import DeviceClasses, variant_key, varies_by_user_agent
 from crawlergate.errors import OriginError, OriginTimeout
 from crawlergate.gate.answer import Response, json_response, page_response, plain_response
 from crawlergate.gate.dirty import DirtyIndex, IndexUnavailable
@@ -58,7 +59,16 @@ class Route(enum.Enum):
 class RequestHeaders:
     """The request headers the gate looks at, read in one pass over the raw (name, value) pairs."""
 
-    __slots__ = ("user_agent", "cookie", "authorization", "accept_encoding", "if_none_match", "if_modified_since")
+    __slots__ = (
+        "user_agent",
+        "cookie",
+        "authorization",
+        "accept_encoding",
+        "if_none_match",
+        "if_modified_since",
+        "range",
+        "if_range",
+    )
 
     def __init__(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
         self.user_agent = b""
@@ -67,6 +77,8 @@ class RequestHeaders:
         self.accept_encoding = b""
         self.if_none_match = b""
         self.if_modified_since = b""
+        self.range = b""
+        self.if_range = b""
         for name, value in headers:
             if name == b"user-agent":
                 self.user_agent = value
@@ -80,6 +92,10 @@ class RequestHeaders:
                 self.if_none_match = value
             elif name == b"if-modified-since":
                 self.if_modified_since = value
+            elif name == b"range":
+                self.range = value
+            elif name == b"if-range":
+                self.if_range = value
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +152,7 @@ class GateCore:
         judge: evidence, verification and the policy table (crawlergate.suspect).
         valve: the crawler-only overload valve.
         writes: the write rules: the pages a successful unsafe request changes.
+        devices: the device classes of pages that vary by user agent (rules/devices.toml).
         clock: wall-clock time (page ages are persisted in L2), injectable for tests.
     """
 
@@ -150,9 +167,11 @@ class GateCore:
         judge: Judge,
         valve: OverloadValve,
         writes: WriteRules | None = None,
+        devices: DeviceClasses | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
+        self.devices = devices or DeviceClasses(())
         self.metrics = cache.metrics
         self.cache = cache
         self.classifier = classifier
@@ -404,9 +423,25 @@ class GateCore:
             return self.invalidate([], [url_or_pattern], reason)
         return self.invalidate([url_or_pattern], [], reason)
 
+    def variant_for(self, key: CacheKey, page: Page | None, request: RequestHeaders) -> CacheKey | None:
+        """The key of the requester's device copy when ``page`` (the copy under ``key``) varies by user agent
+        and the requester is no desktop; else None, and ``key`` is the one (rules/devices.toml)."""
+        if page is None or not page.headers or not varies_by_user_agent(page.headers) or "#" in key.target:
+            return None
+        device = self.devices.of(request.user_agent)
+        return None if device is None else variant_key(key, device)
+
+    def _with_variants(self, keys: Iterable[CacheKey]) -> dict[str, None]:
+        """The digests of ``keys`` and of their device copies (only stored ones are marked)."""
+        digests: dict[str, None] = {}
+        for key in keys:
+            digests[key.digest] = None
+            digests.update(dict.fromkeys(variant_key(key, device).digest for device in self.devices.classes))
+        return digests
+
     def invalidate(self, urls: list[str], patterns: list[str], reason: str = "api") -> int:
         """Mark the stored pages of ``urls`` and those matching ``patterns`` changed; returns how many, once each."""
-        digests = dict.fromkeys(key.digest for key in map(self.key_for_url, urls) if key is not None)
+        digests = self._with_variants(key for key in map(self.key_for_url, urls) if key is not None)
         for pattern in patterns:
             digests.update(dict.fromkeys(self.dirty.matching(pattern)))
         return self._mark(list(digests), reason)
@@ -435,7 +470,7 @@ class GateCore:
                 marked = self._mark(self.dirty.matching_regex(unquote(target)), "purge")
             else:
                 key = self.keys.key_for(raw_path, query)  # the bytes as they came: no second encoding
-                marked = 0 if key is None else self._mark([key.digest], "purge")
+                marked = 0 if key is None else self._mark(list(self._with_variants([key])), "purge")
         except re.error:
             message = b"X-Purge-Method: regex, but the URL is no regular expression.\n"
             return plain_response(400, message, outcome=b"pass")

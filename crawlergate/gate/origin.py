@@ -34,6 +34,8 @@ from crawlergate.errors import OriginError, OriginTimeout
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIApplication
 
+    from crawlergate.devices import DeviceClasses
+
 GUEST_USER_AGENT = f"crawlergate/{__version__} (guest page fill)"
 _ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 # The ASGI scope extension that tells the reverse proxy a request is the gate's own fill, whose
@@ -118,14 +120,14 @@ class _BodyCollector:
         return _decoded(self.target, OriginResponse(status, listed, raw, complete=complete), self.max_bytes)
 
 
-def fill_headers(public: PublicSite, client: str) -> list[tuple[str, str]]:
+def fill_headers(public: PublicSite, client: str, user_agent: str = GUEST_USER_AGENT) -> list[tuple[str, str]]:
     """The request headers of a fill, as a visitor of the public site would arrive through a front proxy."""
     return [
         ("host", public.host),
         ("x-forwarded-host", public.host),
         ("x-forwarded-proto", public.scheme),
         ("x-forwarded-for", client),
-        ("user-agent", GUEST_USER_AGENT),
+        ("user-agent", user_agent),
         ("accept", _ACCEPT),
         ("accept-encoding", "gzip"),
     ]
@@ -152,6 +154,7 @@ class AsgiOrigin:
         fill_client_address: X-Forwarded-For of fills that no outside client triggered.
         timeout_s: the whole fetch, first byte to last.
         max_bytes: a larger body raises PageTooLarge.
+        devices: the device classes whose copies of a page are fetched with their own user agent.
     """
 
     def __init__(
@@ -162,12 +165,14 @@ class AsgiOrigin:
         fill_client_address: str = DEFAULT_FILL_CLIENT,
         timeout_s: float = 30.0,
         max_bytes: int,
+        devices: DeviceClasses | None = None,
     ) -> None:
         self._app = app
         self.public = public
         self._fill_client = fill_client_address
         self._timeout_s = timeout_s
         self._max_bytes = max_bytes
+        self._devices = devices
         # Where the site is mounted (the requests' ``root_path``, as the adapter last saw it): fills are
         # called as mounted, or a site under /blog answers /blog/post with its 404.
         self.root_path = ""
@@ -188,7 +193,8 @@ class AsgiOrigin:
             raise OriginTimeout(f"{target}: the site did not answer within {self._timeout_s:g} s") from exc
 
     async def _call(self, target: str, public: PublicSite, client: str) -> OriginResponse:
-        raw_path, _, query = target.encode("latin-1", "replace").partition(b"?")
+        url, user_agent = _fill_target(target, self._devices)
+        raw_path, _, query = url.encode("latin-1", "replace").partition(b"?")
         host, _, port = public.host.rpartition(":") if public.host.count(":") == 1 else (public.host, "", "")
         scope = {
             "type": "http",
@@ -200,7 +206,9 @@ class AsgiOrigin:
             "raw_path": raw_path,
             "query_string": query,
             "root_path": self.root_path,
-            "headers": [(name.encode(), value.encode("latin-1")) for name, value in fill_headers(public, client)],
+            "headers": [
+                (name.encode(), value.encode("latin-1")) for name, value in fill_headers(public, client, user_agent)
+            ],
             "client": (client, 0),
             "server": (host, int(port) if port.isdigit() else (443 if public.scheme == "https" else 80)),
             "state": {},
@@ -252,11 +260,13 @@ class WsgiOrigin:
         public: PublicSite | None,
         fill_client_address: str = DEFAULT_FILL_CLIENT,
         max_bytes: int,
+        devices: DeviceClasses | None = None,
     ) -> None:
         self._app = app
         self.public = public
         self._fill_client = fill_client_address
         self._max_bytes = max_bytes
+        self._devices = devices
         # Where the site is mounted (the requests' SCRIPT_NAME, as the adapter last saw it): see AsgiOrigin.
         self.script_name = ""
 
@@ -266,7 +276,8 @@ class WsgiOrigin:
         """GET ``target`` as an anonymous guest of the public site (see AsgiOrigin.fetch_guest)."""
         public = _public_site(self.public or arrived_at, target)
         address = fill_client(client, self._fill_client)
-        raw_path, _, query = target.partition("?")
+        url, user_agent = _fill_target(target, self._devices)
+        raw_path, _, query = url.partition("?")
         name, _, port = public.host.rpartition(":") if public.host.count(":") == 1 else (public.host, "", "")
         script_name, path_info = _mounted(self.script_name, unquote_to_bytes(raw_path).decode("latin-1"))
         environ: dict[str, Any] = {
@@ -274,7 +285,7 @@ class WsgiOrigin:
             "SCRIPT_NAME": script_name,
             "PATH_INFO": path_info,
             "QUERY_STRING": query,
-            "RAW_URI": target,
+            "RAW_URI": url,
             "SERVER_NAME": name,
             "SERVER_PORT": port or ("443" if public.scheme == "https" else "80"),
             "SERVER_PROTOCOL": "HTTP/1.1",
@@ -288,7 +299,7 @@ class WsgiOrigin:
             "wsgi.run_once": False,
             FILL_EXTENSION: True,
         }
-        for header, value in fill_headers(public, address):
+        for header, value in fill_headers(public, address, user_agent):
             environ["HTTP_" + header.upper().replace("-", "_")] = value
         started: list[tuple[str, list[tuple[str, str]]]] = []
         body = _BodyCollector(target, self._max_bytes)
@@ -314,6 +325,15 @@ class WsgiOrigin:
             raise OriginError(f"{target}: the site sent no response")
         status, headers = started[0]
         return body.response(int(status.split(" ", 1)[0]), ((name.lower(), value) for name, value in headers))
+
+
+def _fill_target(target: str, devices: DeviceClasses | None) -> tuple[str, str]:
+    """The URL a fill asks for, and its user agent: a device copy's target ends in ``#class`` (devices.py)."""
+    url, _, device_name = target.partition("#")
+    device = devices.named(device_name) if device_name and devices is not None else None
+    if device is None:
+        return url, GUEST_USER_AGENT
+    return url, f"{device.fill_user_agent} {GUEST_USER_AGENT}"
 
 
 def _mounted(script_name: str, path: str) -> tuple[str, str]:

@@ -128,6 +128,7 @@ class StoragePolicy:
             headers=tuple(kept),
             body_gz=response.body_gz,
             generation_ms=generation_ms,
+            origin_etag=response.header("etag"),
         )
 
     def _status_ttl(self, status: int) -> float | None:
