@@ -373,9 +373,8 @@ def _add_site_flags(parser: argparse.ArgumentParser) -> None:
         "--site",
         action="append",
         metavar="PROFILE",
-        help="a site profile from rules/sites/ (trac, django, mediawiki, wordpress, phpbb, discourse, demo-forum; "
-        "repeatable; "
-        "cache.sites, default none)",
+        help="a site profile from rules/sites/ (trac, django, mediawiki, wordpress, dokuwiki, phpbb, discourse, "
+        "demo-forum; repeatable; cache.sites, default none)",
     )
 
 

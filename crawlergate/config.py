@@ -311,7 +311,7 @@ class CacheSettings:
 
     # Relative to classify.rules_dir (the shipped rules when empty), or absolute.
     rules_file: str = "cache.toml"
-    # Site profiles from rules/sites/ (trac, django, mediawiki, wordpress, phpbb, discourse): their
+    # Site profiles from rules/sites/ (trac, django, mediawiki, wordpress, dokuwiki, phpbb, discourse): their
     # excluded paths, query parameters and session cookies are added to the rules.
     sites: tuple[str, ...] = ()
     # "guest": a guest fill is stored despite Set-Cookie, private, no-cache, max-age=0 and Vary: Cookie,

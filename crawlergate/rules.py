@@ -221,6 +221,8 @@ class CacheRules:
     exclude_patterns: tuple[str, ...] = ()
     # Per-path lifetimes of 200 pages, first match wins: (path glob, seconds), from [[max_age]].
     max_ages: tuple[tuple[re.Pattern[str], float], ...] = ()
+    # A site profile's [storage] ignore_no_store: the site sends no-store on guest pages too (DokuWiki).
+    ignore_no_store: bool = False
 
     def max_age_for(self, path: str) -> float | None:
         """The lifetime a [[max_age]] rule gives a page of ``path``, or None."""
@@ -243,6 +245,9 @@ class SiteProfile:
     session_cookies: tuple[str, ...]
     exclude_params: tuple[str, ...] = ()
     writes: tuple[WriteRule, ...] = ()
+    # [storage] ignore_no_store: guest pages are stored despite Cache-Control: no-store, which the site
+    # sends to everyone because it opens a session for everyone (a guest fill has none).
+    ignore_no_store: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,12 +256,14 @@ class WriteRule:
 
     ``path`` is the request's path, where ``{name}`` captures one path segment; ``marks`` are pages
     (``/showthread.php?t={t}``) or patterns with ``*``, whose ``{name}`` come from the path's captures,
-    the query string or the request's form fields.
+    the query string or the request's form fields. ``follow_location`` also marks the page the answer's
+    ``Location`` names on this site (WordPress answers a comment with a redirect to its post's permalink).
     """
 
     methods: frozenset[str]
     path: str
     marks: tuple[str, ...]
+    follow_location: bool = False
 
 
 def load_cache_rules(path: Path, profiles: Sequence[SiteProfile] = ()) -> CacheRules:
@@ -288,6 +295,7 @@ def load_cache_rules(path: Path, profiles: Sequence[SiteProfile] = ()) -> CacheR
         exclude_params=_globs([_param_glob(p) for p in exclude_params], ignore_case=True) if exclude_params else None,
         exclude_patterns=tuple(exclude) + tuple(f"?{p}" for p in exclude_params),
         max_ages=tuple(_max_age(entry, where) for entry in _tables(data, "max_age", where)),
+        ignore_no_store=any(profile.ignore_no_store for profile in profiles),
     )
 
 
@@ -329,16 +337,20 @@ def load_site_profiles(rules_dir: str, names: Sequence[str]) -> list[SiteProfile
 
 def load_site_profile(path: Path) -> SiteProfile:
     data, where = _read_toml_rules(path, "Site profile")
-    unknown = set(data) - {"site", "paths", "query", "cookies", "write"}
+    unknown = set(data) - {"site", "paths", "query", "cookies", "storage", "write"}
     if unknown:
         raise ConfigError(
             f"{where.of(min(unknown))}: unknown table '{min(unknown)}'; "
-            "use [site], [paths], [query], [cookies] and [[write]]."
+            "use [site], [paths], [query], [cookies], [storage] and [[write]]."
         )
     site = _table(data, "site", {"name", "notes"}, where)
     paths = _table(data, "paths", {"exclude"}, where)
     query = _table(data, "query", {"drop", "keep", "exclude"}, where)
     cookies = _table(data, "cookies", {"session"}, where)
+    storage = _table(data, "storage", {"ignore_no_store"}, where)
+    ignore_no_store = storage.get("ignore_no_store", False)
+    if not isinstance(ignore_no_store, bool):
+        raise ConfigError(f"{where.of('ignore_no_store')}: 'ignore_no_store' must be true or false.")
     texts = {key: site.get(key, "") for key in ("name", "notes")}
     for key, value in texts.items():
         if not isinstance(value, str):
@@ -353,6 +365,7 @@ def load_site_profile(path: Path) -> SiteProfile:
         session_cookies=tuple(_raw_strings(cookies, "session", where)),
         exclude_params=tuple(_raw_strings(query, "exclude", where)),
         writes=tuple(_write_rule(entry, where) for entry in _tables(data, "write", where)),
+        ignore_no_store=ignore_no_store,
     )
 
 
@@ -360,11 +373,15 @@ _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def _write_rule(entry: dict[str, Any], where: _Locator) -> WriteRule:
-    extra = set(entry) - {"methods", "path", "marks"}
+    extra = set(entry) - {"methods", "path", "marks", "follow_location"}
     if extra:
         raise ConfigError(
-            f"{where.of(min(extra))}: [[write]] has unknown key '{min(extra)}'; use methods, path, marks."
+            f"{where.of(min(extra))}: [[write]] has unknown key '{min(extra)}'; use methods, path, marks, "
+            "follow_location."
         )
+    follow_location = entry.get("follow_location", False)
+    if not isinstance(follow_location, bool):
+        raise ConfigError(f"{where.of('follow_location')}: [[write]] follow_location must be true or false.")
     path = entry.get("path")
     if not isinstance(path, str) or not path.startswith("/"):
         raise ConfigError(f'{where.of("[[write]]")}: every [[write]] needs path = "/..." (the request\'s path).')
@@ -381,7 +398,7 @@ def _write_rule(entry: dict[str, Any], where: _Locator) -> WriteRule:
                 f"{where.of(mark)}: in [[write]] marks, '{{name}}*' lets a visitor choose a prefix; "
                 "end the value with & and * (e.g. ?t={t}&*) to allow other parameters."
             )
-    return WriteRule(methods=methods, path=path, marks=marks)
+    return WriteRule(methods=methods, path=path, marks=marks, follow_location=follow_location)
 
 
 def _read_toml_rules(path: Path, what: str) -> tuple[dict[str, Any], _Locator]:

@@ -71,7 +71,7 @@ def test_rules_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 def test_rules_every_shipped_site_profile_loads() -> None:
     names = sorted(path.stem for path in site_profiles_dir("").glob("*.toml"))
-    assert names == ["demo-forum", "discourse", "django", "mediawiki", "phpbb", "trac", "wordpress"]
+    assert names == ["demo-forum", "discourse", "django", "dokuwiki", "mediawiki", "phpbb", "trac", "wordpress"]
     for profile in load_site_profiles("", names):
         assert profile.title and profile.notes
         # A real application's profile says what it excludes and its sessions; the demo forum's, its writes.
@@ -101,6 +101,14 @@ def test_rules_write_rules_are_checked_and_filled_safely(tmp_path: Path) -> None
     assert rules.marks("GET", "/t/42/reply", b"") == ([], []) and rules.marks("PUT", "/t/42/x", b"") == ([], [])
     # A visitor's value is percent-encoded: "*" cannot widen a pattern; a missing value skips its mark.
     assert rules.marks("POST", "/t/*/reply", b"") == (["/t/%2A", "/"], ["/t/%2A?*"])
+    # ... but what a URL holds literally stays so, as the keys keep it: a wiki namespace, a subpage.
+    assert rules.marks("POST", "/t/Talk:Foo/reply", b"forum=a/b")[1] == ["/t/Talk:Foo?*", "/f?id=a/b&*"]
+    profile.write_text('[[write]]\npath = "/comment"\nfollow_location = true\nmarks = ["/"]\n')
+    rules = WriteRules(load_site_profile(profile).writes)
+    assert rules.marks("POST", "/comment", b"", location="/post/?unapproved=3") == (
+        ["/post/?unapproved=3", "/post/", "/"],
+        [],
+    )
     for bad, message in (
         ('[[write]]\nmarks = ["/"]\n', "needs path"),
         ('[[write]]\npath = "/x"\nmethods = ["GET"]\nmarks = ["/"]\n', "methods must be among"),

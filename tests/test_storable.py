@@ -177,3 +177,21 @@ def test_storable_per_path_max_age_sets_a_200_pages_lifetime(tmp_path: Path) -> 
     rules.write_text('[[max_age]]\npath = "/"\nseconds = -1\n')
     with pytest.raises(ConfigError, match="positive"):
         load_cache_rules(rules)
+
+
+def test_storable_dokuwiki_profile_stores_guest_pages_despite_no_store() -> None:
+    from crawlergate.rules import load_site_profiles
+
+    html = [("content-type", "text/html"), ("cache-control", "no-store, no-cache, must-revalidate")]
+    answer = OriginResponse(200, html, b"<p>wiki:syntax</p>")
+    rules = default_rules_dir() / "cache.toml"
+    plain = StoragePolicy(CacheSettings(), KeyMaker(load_cache_rules(rules), admin_prefix="/_crawlergate"))
+    profiles = load_site_profiles("", ["dokuwiki"])
+    dokuwiki = KeyMaker(load_cache_rules(rules, profiles), admin_prefix="/_crawlergate")
+    assert [label for label, _ in plain.judge(answer, "/doku.php?id=wiki:syntax", now=NOW).reasons] == ["no-store"]
+    verdict = StoragePolicy(CacheSettings(), dokuwiki).judge(answer, "/doku.php?id=wiki:syntax", now=NOW)
+    assert verdict.storable and any("ignore_no_store" in reason for reason in verdict.set_aside)
+    strict = StoragePolicy(CacheSettings(storage_mode="rfc9111"), dokuwiki)
+    assert not strict.judge(answer, "/doku.php?id=wiki:syntax", now=NOW).storable  # a strict cache stays strict
+    assert dokuwiki.key_for(b"/doku.php", b"id=wiki:syntax&do=edit") is None
+    assert dokuwiki.key_for(b"/doku.php", b"do=login") is None

@@ -175,3 +175,39 @@ def test_wsgi_pages_that_vary_by_user_agent_are_cached_per_device(tmp_path: Path
         answers = [client.get("/t/1", headers=agent) for agent in (phone, GOOGLEBOT, phone, GOOGLEBOT)]
     assert [answer.text for answer in answers] == ["<p>mobile</p>", "<p>desktop</p>"] * 2
     assert [answer.headers["x-crawlergate"] for answer in answers] == ["miss", "l1-hit", "l1-hit", "l1-hit"]
+
+
+def test_wsgi_wordpress_comment_marks_the_post_under_its_permalink(tmp_path: Path) -> None:
+    """WordPress names the post of a comment by its ID; crawlers know it by its permalink."""
+    permalinks = {"5": "/2024/05/hello/", "6": "/2024/06/other/"}
+
+    def wordpress(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        path, query = environ["PATH_INFO"], environ.get("QUERY_STRING", "")
+        if environ["REQUEST_METHOD"] == "POST":
+            environ["wsgi.input"].read()
+            start_response("302 Found", [("Location", "http://blog.example/2024/05/hello/#comment-9")])
+            return [b""]
+        if path == "/" and query.startswith("p="):
+            start_response("301 Moved Permanently", [("Location", "http://blog.example" + permalinks[query[2:]])])
+            return [b""]
+        start_response("200 OK", [("Content-Type", "text/html")])
+        return [f"<p>{path}</p>".encode()]
+
+    settings = _settings(tmp_path, server=ServerSettings(public_url="http://blog.example"))
+    settings = Settings(server=settings.server, l2=settings.l2, cache=CacheSettings(sites=("wordpress",)))
+    gate = CrawlerGateWSGI(wordpress, settings=settings)
+    with _client(gate) as client:
+        for url in ("/2024/05/hello/", "/2024/06/other/", "/?p=6", "/"):
+            client.get(url, headers=GOOGLEBOT)
+        form = {"comment_post_ID": "5", "comment": "nice"}
+        client.post("/wp-comments-post.php", data=form, headers={**FIREFOX, "cookie": "comment_author_x=1"})
+        gate.drain()
+        # Another post, named only by its ID: the stored 301 of /?p=6 leads to its permalink.
+        marked_by_id = gate.core.invalidate(["/?p=6"], [])
+
+    def marked(url: bytes) -> bool:
+        key = gate.core.keys.key_for(url)
+        return key is not None and gate.core.dirty.dirty_since(key.digest) is not None
+
+    assert marked(b"/2024/05/hello/") and marked(b"/")
+    assert marked_by_id == 2 and marked(b"/2024/06/other/")

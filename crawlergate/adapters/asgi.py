@@ -319,11 +319,19 @@ class CrawlerGateMiddleware:
         if self.core.writes.wants_form(method, path) and _is_form(scope["headers"]):
             form = bytearray()
             receive = _teed(receive, form)
-        status = await self._pass(scope, receive, send, decision, started)
+        location = b""
+
+        async def send_watched(message: Message) -> None:
+            nonlocal location
+            if message["type"] == "http.response.start":
+                location = next((value for name, value in message.get("headers", []) if name == b"location"), b"")
+            await send(message)
+
+        status = await self._pass(scope, receive, send_watched, decision, started)
         if 200 <= status < 400:
             fields = form_fields(bytes(form)) if form is not None else None
             query: bytes = scope.get("query_string", b"")
-            self._in_background(self.core.after_write, method, path, query, fields)
+            self._in_background(self.core.after_write, method, path, query, fields, location)
 
     def _in_background(self, work: Callable[..., object], *args: object) -> None:
         """Run ``work(*args)`` in a worker thread, off the response path; ``drain`` waits for it."""

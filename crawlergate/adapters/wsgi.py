@@ -239,14 +239,17 @@ class CrawlerGateWSGI:
         self, environ: WSGIEnvironment, start_response: StartResponse, decision: Decision, started: float
     ) -> Iterable[bytes]:
         status_code = 0
+        location = ""
         valve = self.core.valve
         client = decision.client
 
         def start_marked(
             status: str, headers: list[tuple[str, str]], exc_info: Any = None
         ) -> Callable[[bytes], object]:
-            nonlocal status_code
+            nonlocal status_code, location
             status_code = int(status.split(" ", 1)[0])
+            if 300 <= status_code < 400:
+                location = next((value for name, value in headers if name.lower() == "location"), "")
             if client is not None and any(name.lower() == "set-cookie" for name, _ in headers):
                 self.core.judge.cookie_offered(client)
             if decision.key is not None:  # a page: the site's speed (static files would flatter it)
@@ -273,7 +276,7 @@ class CrawlerGateWSGI:
             elif method in self.core.writes.methods and 200 <= status_code < 400:
                 fields = form_fields(bytes(form.copy)) if form is not None else None
                 query = environ.get("QUERY_STRING", "").encode("latin-1")
-                self._in_background(self.core.after_write, method, path, query, fields)
+                self._in_background(self.core.after_write, method, path, query, fields, location.encode("latin-1"))
 
         measured = _Measured(body, lambda: self.metrics.record_for(decision.verdict, "pass", started), after_close)
         if self.access_log is not None:

@@ -439,9 +439,37 @@ class GateCore:
             digests.update(dict.fromkeys(variant_key(key, device).digest for device in self.devices.classes))
         return digests
 
+    def _own_location(self, location: bytes | str) -> str:
+        """The path and query of a Location on this site (relative, or the public host's); else empty."""
+        text = location.decode("latin-1") if isinstance(location, bytes) else location
+        parts = urlsplit(text.strip())
+        if not parts.path.startswith("/") and not parts.netloc:
+            return ""
+        if parts.netloc and (self.public is None or parts.netloc.lower() != self.public.host.lower()):
+            return ""
+        return (parts.path or "/") + ("?" + parts.query if parts.query else "")
+
+    def _redirect_targets(self, keys: list[CacheKey]) -> list[CacheKey]:
+        """The pages that stored permanent redirects among ``keys`` lead to, one hop, on this site.
+
+        A site names a changed page by a URL that redirects to it: WordPress's comment form names its
+        post as /?p=ID, a 301 to the permalink crawlers index; the permalink changed too.
+        """
+        targets = []
+        for key in keys:
+            page = self.cache.stale_copy(key)
+            if page is None or page.status not in (301, 308):
+                continue
+            location = self._own_location(next((value for name, value in page.headers if name == "location"), ""))
+            target = self.key_for_url(location) if location else None
+            if target is not None and target != key:
+                targets.append(target)
+        return targets
+
     def invalidate(self, urls: list[str], patterns: list[str], reason: str = "api") -> int:
         """Mark the stored pages of ``urls`` and those matching ``patterns`` changed; returns how many, once each."""
-        digests = self._with_variants(key for key in map(self.key_for_url, urls) if key is not None)
+        keys = [key for key in map(self.key_for_url, urls) if key is not None]
+        digests = self._with_variants([*keys, *self._redirect_targets(keys)])
         for pattern in patterns:
             digests.update(dict.fromkeys(self.dirty.matching(pattern)))
         return self._mark(list(digests), reason)
@@ -478,9 +506,14 @@ class GateCore:
             return plain_response(503, f"{exc}\n".encode(), outcome=b"pass", retry_after=b"5")
         return json_response(200, {"marked": marked}, indent=None)
 
-    def after_write(self, method: str, path: str, query: bytes, form: dict[str, str] | None) -> int:
-        """Mark the pages a successful unsafe request changed, by the write rules; returns how many."""
-        urls, patterns = self.writes.marks(method, path, query, form)
+    def after_write(
+        self, method: str, path: str, query: bytes, form: dict[str, str] | None, location: bytes = b""
+    ) -> int:
+        """Mark the pages a successful unsafe request changed, by the write rules; returns how many.
+
+        ``location`` is the answer's Location header: a rule may mark the page it names, on this site.
+        """
+        urls, patterns = self.writes.marks(method, path, query, form, self._own_location(location))
         return self.invalidate(urls, patterns, "write-rule") if urls or patterns else 0
 
     def key_for_url(self, url: str) -> CacheKey | None:

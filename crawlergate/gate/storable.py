@@ -69,6 +69,7 @@ class StoragePolicy:
         # "%20", another parameter order) redirects to the page the key names, a loop once stored.
         self._keys = keys
         self.strict = settings.storage_mode == "rfc9111"
+        self._ignore_no_store = keys is not None and keys.rules.ignore_no_store
         self._stored_headers = frozenset(name.lower() for name in settings.stored_headers)
         self._self_redirect_logged = False
 
@@ -93,7 +94,10 @@ class StoragePolicy:
             reasons.append(("empty", "a 200 without a body"))
         control = _cache_control(response.all("cache-control"))
         if "no-store" in control:
-            reasons.append(("no-store", "Cache-Control: no-store"))
+            if self._ignore_no_store and not self.strict:
+                set_aside.append("Cache-Control: no-store (the site profile's [storage] ignore_no_store)")
+            else:
+                reasons.append(("no-store", "Cache-Control: no-store"))
         vary = _vary_tokens(response.all("vary"))
         if "*" in vary:
             reasons.append(("vary-star", "Vary: *"))

@@ -11,7 +11,9 @@ need not say so. The rules come from the selected site profiles' ``[[write]]`` t
 ``{name}`` in ``path`` captures one path segment; in ``marks`` it is filled from those captures,
 the query string, or the form fields (``application/x-www-form-urlencoded``, the first 64 KB, or
 a JSON object's top-level strings and numbers).
-Filled values are percent-encoded, so a visitor's ``t=*`` can never widen a pattern. A mark whose
+Filled values are percent-encoded but for the characters a URL holds literally (``:`` of a wiki
+namespace, ``/`` of a subpage), as the cache keys keep them, so a visitor's ``t=*`` can never widen
+a pattern and ``Talk:Foo`` marks the page crawlers fetched as ``?title=Talk:Foo``. A mark whose
 names are not all given is skipped.
 
     rules = WriteRules(profile.writes for profile in profiles)
@@ -31,6 +33,9 @@ from crawlergate.rules import WriteRule
 FORM_BYTES = 64 * 1024
 FORM_TYPES = (b"application/x-www-form-urlencoded", b"application/json")
 _NAME = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# Literal in a filled value: what a query or path holds unescaped and the keys keep so; never "*" (a
+# pattern's wildcard), "%", "&", "=", "?", "#" or "+" (a space in a form).
+_FILLED_SAFE = ":@!$'(),;/~"
 
 
 class WriteRules:
@@ -48,9 +53,10 @@ class WriteRules:
         return any(method in rule.methods and pattern.fullmatch(path) for rule, pattern in self._rules)
 
     def marks(
-        self, method: str, path: str, query: bytes, form: Mapping[str, str] | None = None
+        self, method: str, path: str, query: bytes, form: Mapping[str, str] | None = None, location: str = ""
     ) -> tuple[list[str], list[str]]:
-        """The pages (URLs, patterns) a successful ``method`` on ``path`` changes."""
+        """The pages (URLs, patterns) a successful ``method`` on ``path`` changes; ``location`` is the path and
+        query of the answer's Location on this site, if it had one."""
         urls: list[str] = []
         patterns: list[str] = []
         for rule, pattern in self._rules:
@@ -59,6 +65,10 @@ class WriteRules:
             match = pattern.fullmatch(path)
             if match is None:
                 continue
+            if rule.follow_location and location.startswith("/"):
+                # The page itself, also when the redirect adds a query of its own (?unapproved=N of a comment
+                # held for moderation); its other URLs are the rule's marks to name.
+                urls.extend(dict.fromkeys((location, location.partition("?")[0])))
             values = {**(form or {}), **_first_values(query), **match.groupdict()}
             for mark in rule.marks:
                 filled = _fill(mark, values)
@@ -112,7 +122,7 @@ def _fill(mark: str, values: Mapping[str, str]) -> str | None:
         if not found:
             missing = True
             return ""
-        return quote(found, safe="")
+        return quote(found, safe=_FILLED_SAFE)
 
     filled = _NAME.sub(value, mark)
     return None if missing else filled

@@ -342,6 +342,9 @@ def _mediawiki(site: PhpSite) -> None:
             textwrap.dedent(
                 f"""
                 # crawlergate tests
+                # One URL layout whatever the server (MediaWiki turns path info off under php-fpm by itself).
+                $wgArticlePath = '/index.php/$1';
+                $wgUsePathInfo = true;
                 $wgUseCdn = true;
                 $wgCdnServers = [ '{site.public_host}' ];
                 $wgCdnServersNoPurge = [ '127.0.0.1' ];
