@@ -47,7 +47,7 @@ WP_USER = "admin"
 KINDS = ("mediawiki", "wordpress", "dokuwiki")
 SERVERS = ("builtin", "fpm")
 # The site profile (rules/sites/NAME.toml) each application is run with.
-PROFILE = {"mediawiki": "mediawiki", "wordpress": "wordpress", "dokuwiki": ""}
+PROFILE = {"mediawiki": "mediawiki", "wordpress": "wordpress", "dokuwiki": "dokuwiki"}
 
 INSTALL_HINT = "scripts/install-php-sites installs them (CI runs it)"
 
@@ -195,6 +195,9 @@ def fpm_and_nginx(
                         fastcgi_split_path_info ^(.+?\\.php)(/.*)$;
                         if (!-f $document_root$fastcgi_script_name) {{ return 404; }}
                         include /etc/nginx/fastcgi_params;
+                        # Debian's fastcgi_params sends $host, without the port: WordPress would redirect
+                        # every page to its own URL with the port (the home URL).
+                        fastcgi_param HTTP_HOST $http_host;
                         fastcgi_param SCRIPT_FILENAME $document_root$fastcgi_script_name;
                         fastcgi_param PATH_INFO $fastcgi_path_info;
                         fastcgi_pass unix:{sock};
@@ -533,6 +536,7 @@ def _dokuwiki(site: PhpSite) -> None:
         "tmp",
         "media_attic",
         "media_meta",
+        "log",
     ):
         (data / sub).mkdir(parents=True, exist_ok=True)
     (code / "inc" / "preload.php").write_text(f"<?php\ndefine('DOKU_CONF', '{conf}/');\n", encoding="utf-8")
