@@ -90,6 +90,17 @@ def test_keys_site_profile_adds_excludes_and_dropped_parameters() -> None:
     assert keys.why_not_cacheable(b"/viewtopic.php") == ""
 
 
+def test_keys_wordpress_replytocom_pages_are_their_own() -> None:
+    # WordPress sends ?replytocom=N pages with noindex, follow: crawlers must get that page, not the post's.
+    keys = KeyMaker(
+        load_cache_rules(default_rules_dir() / "cache.toml", load_site_profiles("", ["wordpress"])),
+        admin_prefix="/_crawlergate",
+    )
+    post, reply = keys.key_for(b"/2024/05/hello/"), keys.key_for(b"/2024/05/hello/", b"replytocom=12")
+    assert post is not None and reply is not None and reply.target == "/2024/05/hello/?replytocom=12"
+    assert keys.key_for(b"/", b"p=5&preview=true") is None
+
+
 @pytest.mark.parametrize(
     ("raw_path", "query", "cacheable"),
     [
