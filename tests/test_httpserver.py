@@ -141,3 +141,25 @@ def test_httpserver_upload_read_with_its_head_is_not_counted_as_head(paced_serve
         while b"got" not in answer:
             answer += raw.recv(65536)
         assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"got 200000")
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        pytest.param(b"GET http://evil.example/ HTTP/1.1\r\nHost: a\r\n\r\n", id="absolute-form"),
+        pytest.param(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", id="asterisk"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", id="two-hosts"),
+        pytest.param(b"GET / HTTP/1.1\r\n\r\n", id="http11-without-host"),
+        pytest.param(b"GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", id="http10-two-hosts"),
+        pytest.param(
+            b"POST / HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            id="http10-chunked",
+        ),
+    ],
+)
+def test_httpserver_requests_rfc9112_forbids_are_refused_with_400(server: ServerThread, request_bytes: bytes) -> None:
+    answer = _exchange(server, request_bytes)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer
+    # What remains allowed: HTTP/1.0 without a Host, an ordinary request.
+    assert _exchange(server, b"GET / HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 ")
+    assert _exchange(server, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").startswith(b"HTTP/1.1 200 ")

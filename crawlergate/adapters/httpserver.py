@@ -4,7 +4,8 @@ uvicorn reads a request's headers without bound: ten requests with 100 MB of hea
 to 1 GB, and a slowloris (headers sent a byte at a time) holds a connection for ever. Here the head
 of a request (request line and headers) is capped in bytes and in header count (431 past either,
 as nginx's ``large_client_header_buffers``), and must arrive within a time limit
-(``client_header_timeout``), after which the connection is closed.
+(``client_header_timeout``), after which the connection is closed. Requests whose framing RFC 9112
+forbids, or whose target is no path, are refused with 400 before the gate sees them.
 
     HeadLimits.apply(settings.server)   # before uvicorn starts, and in each worker
     uvicorn.run(app, http=LimitedHttpToolsProtocol)
@@ -93,6 +94,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         # True from the first byte of a request until its headers are complete.
         self._reading_head = True
         self._head_timer: asyncio.TimerHandle | None = None
+        # What the request's framing rules look at: its Host headers, and whether it names a transfer coding.
+        self._hosts = 0
+        self._transfer_encoding = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._writes = _HeadJoiningTransport(transport, self)
@@ -119,12 +123,19 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._reading_head = True
         self._header_count = 0
+        self._hosts = 0
+        self._transfer_encoding = False
         if self._head_timer is None:
             self._start_head_timer()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
         if self._header_count <= HeadLimits.max_headers:
+            lowered = name.lower()
+            if lowered == b"host":
+                self._hosts += 1
+            elif lowered == b"transfer-encoding":
+                self._transfer_encoding = True
             super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
@@ -133,7 +144,24 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._header_count > HeadLimits.max_headers:
             self._refuse_head()  # the request never reaches the app
             return
+        malformed = self._malformed()
+        if malformed:
+            self._refuse(b"400 Bad Request", malformed)
+            return
         super().on_headers_complete()
+
+    def _malformed(self) -> bytes:
+        """Why the request is refused before any app sees it (RFC 9112), for crawlers and people alike; or b""."""
+        if not self.url.startswith(b"/"):
+            # Absolute-form is for proxies and "*" for server-wide OPTIONS: a gate in front of one site takes
+            # neither, and an absolute target's host would otherwise be ignored in favour of Host.
+            return b"The request target must be a path (origin-form).\n"
+        version = self.parser.get_http_version()
+        if self._hosts > 1 or (self._hosts == 0 and version == "1.1"):
+            return b"An HTTP/1.1 request needs exactly one Host header (RFC 9112 3.2).\n"
+        if self._transfer_encoding and version != "1.1":
+            return b"Transfer-Encoding is not HTTP/1.0 (RFC 9112 6.1).\n"
+        return b""
 
     def on_response_complete(self) -> None:
         self._writes.flush()
@@ -157,12 +185,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def _refuse_head(self) -> None:
+        self._refuse(b"431 Request Header Fields Too Large", b"Request header fields too large.\n")
+
+    def _refuse(self, status: bytes, body: bytes) -> None:
+        """Answer ``status`` and close: the request never reaches the app, nor does anything after it."""
         self._stop_head_timer()
         if self.transport is None or self.transport.is_closing():
             return
-        body = b"Request header fields too large.\n"
         self.transport.write(
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+            b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (status, len(body), body)
         )
         self.transport.close()
