@@ -181,6 +181,11 @@ class ServerSettings:
     origin_connect_timeout_seconds: float = 5.0
     origin_read_timeout_seconds: float = 60.0
     origin_send_timeout_seconds: float = 60.0
+    # Connections to the origin at once, per worker: people's requests, and the gate's fills (crawlers'
+    # misses and regeneration) in a pool of their own, so neither can take the other's. Past the limit a
+    # request waits origin_connect_timeout_seconds for a place, then gets 504.
+    origin_max_connections: int = 512
+    fill_max_connections: int = 128
 
     def __post_init__(self) -> None:
         _require(0 < self.port < 65536, "server.port", self.port, "Must be a port number from 1 to 65535.")
@@ -215,7 +220,14 @@ class ServerSettings:
             ipaddress.ip_address(self.fill_client_address)
         except ValueError:
             _fail("server.fill_client_address", self.fill_client_address, "Must be an IP address, e.g. 192.0.2.1.")
-        for name in ("max_header_bytes", "max_headers", "max_connections", "keep_alive_seconds"):
+        for name in (
+            "max_header_bytes",
+            "max_headers",
+            "max_connections",
+            "keep_alive_seconds",
+            "origin_max_connections",
+            "fill_max_connections",
+        ):
             _require(getattr(self, name) > 0, f"server.{name}", getattr(self, name), "Must be a positive integer.")
         for name in (
             "header_timeout_seconds",

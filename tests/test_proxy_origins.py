@@ -326,3 +326,40 @@ def test_proxy_pages_that_vary_by_user_agent_are_cached_per_device(tmp_path: Pat
     # A page that does not vary is one page for every device: one fill, and the phone's key is the page's.
     assert [answer.text for answer in plain] == ["<p>one page for all</p>"] * 2 and fills_of_plain == 1
     assert marked == 2  # the page and its phone copy
+
+
+def test_proxy_clients_that_leave_free_their_origin_connections_at_once(tmp_path: Path) -> None:
+    """520 requests for a page the origin answers in 40 s, each client gone right after sending: the pool
+    (512 connections) is free again at once, and a person's fast page is answered."""
+
+    left: list[int] = []
+
+    async def slow(request: Request) -> Response:
+        for _ in range(400):  # 40 s, unless the gate hangs up
+            if await request.is_disconnected():
+                left.append(1)
+                break
+            await asyncio.sleep(0.1)
+        return HTMLResponse("<p>late</p>")
+
+    async def fast(request: Request) -> Response:
+        return HTMLResponse("<p>fast</p>")
+
+    origin = ServerThread(Starlette(routes=[Route("/slow", slow), Route("/fast", fast)]), backlog=2048).start()
+    proxy = _proxy(origin.url, tmp_path)
+    browser = "".join(f"{name}: {value}\r\n" for name, value in FIREFOX.items()).encode()
+    request = b"GET /slow HTTP/1.1\r\nHost: site.example\r\nCookie: session=1\r\n" + browser + b"\r\n"
+    try:
+        for _ in range(520):
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as raw:
+                raw.sendall(request)
+        time.sleep(1)
+        started = time.monotonic()
+        person = httpx.get(f"{proxy.url}/fast", headers={**FIREFOX, "cookie": "session=1"}, timeout=10)
+        waited_s = time.monotonic() - started
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert person.status_code == 200 and person.text == "<p>fast</p>"
+    assert waited_s < 1.0
+    assert len(left) >= 500  # the gate hung up on the origin for the clients that left

@@ -16,12 +16,14 @@ through this same app, so a mounted gate and the proxy share one code path.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -30,7 +32,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.adapters.httpserver import HeadLimits
-from crawlergate.adapters.origintransport import OriginAddress, OriginTransport
+from crawlergate.adapters.origintransport import OriginAddress, OriginAnswer, OriginTransport
 from crawlergate.adapters.websocket import MAX_MESSAGE_BYTES, WebSocketRelay
 from crawlergate.config import Settings, load_settings
 from crawlergate.errors import ConfigError, OriginError, OriginTimeout
@@ -87,6 +89,8 @@ class ReverseProxy:
         trusted_proxies: addresses or networks whose X-Forwarded-* headers are believed.
         public_url: the site as the world sees it; empty takes each request's own scheme and Host.
         forward_host: "client" sends the client's Host to the origin, "origin" the origin's address.
+        max_connections: people's connections to the origin at once; fills and HEAD requests have
+            ``fill_max_connections`` of their own.
         websocket_max_message_bytes: the largest WebSocket message relayed either way; a larger one closes with 1009.
     """
 
@@ -97,6 +101,8 @@ class ReverseProxy:
         timeout_s: float = 60.0,
         connect_timeout_s: float = 5.0,
         send_timeout_s: float = 60.0,
+        max_connections: int = 512,
+        fill_max_connections: int = 128,
         trusted_proxies: tuple[str, ...] = (),
         public_url: str = "",
         forward_host: str = "client",
@@ -113,12 +119,12 @@ class ReverseProxy:
         self._trusted = TrustedProxies(trusted_proxies)
         # No httpx client, requests or responses: the client layer (cookies, auth, redirects, hooks) has
         # nothing to do in a proxy and cost ~0.3 ms a request. OriginTransport parses answers in C (httptools).
-        self._transport = OriginTransport(max_connections=512)
+        self._transport = OriginTransport(max_connections=max_connections)
         # Fills and HEAD requests get a connection of their own, closed after the answer. httpcore reads
         # bytes an origin sends past the end of a response (a body on HEAD, more than its Content-Length)
         # as the next response on that connection: a person's request must never be able to plant the
         # answer of the next fill, which is stored and served to every crawler.
-        self._single_use = OriginTransport(max_connections=128, keep_alive=False)
+        self._single_use = OriginTransport(max_connections=fill_max_connections, keep_alive=False)
         self._timeouts = {
             "connect": connect_timeout_s,
             "read": timeout_s,
@@ -163,7 +169,9 @@ class ReverseProxy:
         fill = FILL_EXTENSION in scope.get("extensions", {})
         transport = self._single_use if fill or method == "HEAD" else self._transport
         try:
-            answer = await transport.exchange(method, self._address, target, headers, body, self._timeouts)
+            exchange = transport.exchange(method, self._address, target, headers, body, self._timeouts)
+            # A fill has no client to leave; a request with a body sees its client leave in the body's stream.
+            answer = await (exchange if fill or body is not None else _unless_client_leaves(exchange, receive))
         except _ClientLeft:
             return  # the origin's connection was closed mid-body: nobody is left to answer
         except httpx.TimeoutException as exc:
@@ -279,6 +287,8 @@ def create_app(settings: Settings) -> CrawlerGateMiddleware:
         timeout_s=settings.server.origin_read_timeout_seconds,
         connect_timeout_s=settings.server.origin_connect_timeout_seconds,
         send_timeout_s=settings.server.origin_send_timeout_seconds,
+        max_connections=settings.server.origin_max_connections,
+        fill_max_connections=settings.server.fill_max_connections,
         trusted_proxies=settings.server.trusted_proxies,
         public_url=settings.server.public_url,
         forward_host=settings.server.forward_host,
@@ -309,6 +319,31 @@ def _log_to_stderr() -> None:
         gate_logger.addHandler(handler)
         gate_logger.setLevel(logging.INFO)
         gate_logger.propagate = False
+
+
+async def _unless_client_leaves(exchange: Coroutine[Any, Any, OriginAnswer], receive: Receive) -> OriginAnswer:
+    """The origin's answer, unless the client leaves first: then the request is cancelled and its connection
+    (or its place in the pool's queue) freed at once, not when the origin answers a client who is gone."""
+    answering = asyncio.ensure_future(exchange)
+    leaving = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait((answering, leaving), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        leaving.cancel()
+        answering.cancel()
+        raise
+    leaving.cancel()
+    if not answering.done():
+        answering.cancel()
+        await asyncio.gather(answering, return_exceptions=True)
+        if answering.cancelled():
+            raise _ClientLeft
+    return answering.result()
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
