@@ -537,8 +537,8 @@ class ValveSettings:
     enabled: bool = True
     # Requests to the site in flight in one gate process (fills and people's requests) at which it is saturated.
     max_in_flight: int = 64
-    # Saturated too when the site's time to first byte over the last window_seconds exceeds this many times
-    # its normal level (its average over the last ten minutes) and slow_ms.
+    # Saturated too when the pages answered over the last window_seconds (three or more, one vote each) took
+    # in the median this many times their own normal time (each page's average over ten minutes) and slow_ms.
     slow_factor: float = 4.0
     slow_ms: float = 500.0
     window_seconds: float = 10.0

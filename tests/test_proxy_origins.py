@@ -363,3 +363,26 @@ def test_proxy_clients_that_leave_free_their_origin_connections_at_once(tmp_path
     assert person.status_code == 200 and person.text == "<p>fast</p>"
     assert waited_s < 1.0
     assert len(left) >= 500  # the gate hung up on the origin for the clients that left
+
+
+def test_proxy_three_slow_person_requests_leave_crawler_misses_answered(tmp_path: Path) -> None:
+    """Anyone could make the valve refuse every crawler miss site-wide with three requests to a slow URL."""
+
+    async def page(request: Request) -> Response:
+        if request.url.path == "/slow":
+            await asyncio.sleep(3)
+        return HTMLResponse(f"<p>{request.url.path}</p>")
+
+    origin = ServerThread(Starlette(routes=[Route("/{name}", page)])).start()
+    proxy = _proxy(origin.url, tmp_path)
+    try:
+        for name in ("a", "b", "c", "d", "a", "b", "c", "d"):  # the site's normal: fast pages
+            httpx.get(f"{proxy.url}/{name}", headers=FIREFOX)
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            slow = list(pool.map(lambda _: httpx.get(f"{proxy.url}/slow", headers=FIREFOX, timeout=30), range(3)))
+        crawler = [httpx.get(f"{proxy.url}/fresh{n}", headers=GOOGLEBOT) for n in range(8)]
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert [answer.status_code for answer in slow] == [200] * 3
+    assert [answer.status_code for answer in crawler] == [200] * 8

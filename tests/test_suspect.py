@@ -297,14 +297,29 @@ def test_valve_sheds_on_requests_in_flight_and_on_slowness_then_recovers() -> No
     valve.left()
     assert not valve.shedding(now=0.0)
     for second in range(100):
-        valve.sample(20.0, now=float(second))  # the site's normal: 20 ms
+        valve.sample(20.0, f"page{second % 5}", now=float(second))  # the site's normal: 20 ms
     assert not valve.shedding(now=100.0)
     for tenth in range(5):
-        valve.sample(2000.0, now=100.0 + tenth / 10)  # now two seconds
+        valve.sample(2000.0, f"page{tenth}", now=100.0 + tenth / 10)  # now two seconds, every page
     assert valve.shedding(now=101.0)
     assert not valve.shedding(now=115.0)  # nothing heard in the window: the next miss measures it again
-    valve.sample(25.0, now=116.0)
+    valve.sample(25.0, "page0", now=116.0)
     assert not valve.shedding(now=116.5)
+
+
+def test_valve_a_handful_of_slow_pages_never_trips_it() -> None:
+    """An attacker's (or a report's) slow pages: the site is not slow, its other pages are not."""
+    valve = OverloadValve(ValveSettings(slow_factor=4, slow_ms=100, window_seconds=10))
+    for second in range(60):
+        valve.sample(20.0, f"page{second % 6}", now=float(second))
+    for tenth in range(30):  # one page asked again and again, forty seconds each
+        valve.sample(40_000.0, "export", now=60.0 + tenth / 10)
+    for page in ("search?q=a", "search?q=b", "search?q=c"):  # slow pages never seen before: no normal yet
+        valve.sample(40_000.0, page, now=63.0)
+    valve.sample(40_000.0, "page0", now=63.5)  # one known page slow among them
+    valve.sample(21.0, "page1", now=63.6)
+    valve.sample(22.0, "page2", now=63.7)
+    assert not valve.shedding(now=64.0)
 
 
 def test_valve_off() -> None:

@@ -294,7 +294,7 @@ class CrawlerGateMiddleware:
                     self.core.judge.cookie_offered(client)
                 message["headers"] = [*headers, (b"x-crawlergate", b"pass")]
                 if decision.key is not None:  # a page: the site's speed (static files would flatter it)
-                    valve.sample((time.perf_counter() - started) * 1000)
+                    valve.sample((time.perf_counter() - started) * 1000, decision.key.digest)
             elif message["type"] == "http.response.body":
                 if ttfb_ms < 0:
                     ttfb_ms = self.metrics.record_for(verdict, "pass", started)

@@ -253,7 +253,7 @@ class CrawlerGateWSGI:
             if client is not None and any(name.lower() == "set-cookie" for name, _ in headers):
                 self.core.judge.cookie_offered(client)
             if decision.key is not None:  # a page: the site's speed (static files would flatter it)
-                valve.sample((time.perf_counter() - started) * 1000)
+                valve.sample((time.perf_counter() - started) * 1000, decision.key.digest)
             return start_response(status, [*headers, ("X-Crawlergate", "pass")], exc_info)
 
         method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/") or "/"

@@ -126,11 +126,11 @@ class Filler:
         try:
             response = await fetch()
         except OriginError as exc:
-            self._count_failure(exc, started)
+            self._count_failure(exc, started, key)
             raise
         finally:
             self.valve.left()  # a fill's time is sampled below, whole (the valve hears people's TTFB too)
-        generation_ms = self._count_fetch(started)
+        generation_ms = self._count_fetch(started, key)
         # Compressing and hashing a big page takes the event loop for a while (297 ms for 8 MB): a thread.
         if len(response.body) > INLINE_PAGE_BYTES:
             judged = await anyio.to_thread.run_sync(self.core.judge_fill, key, response, previous, generation_ms)
@@ -147,24 +147,24 @@ class Filler:
         try:
             response = fetch()
         except OriginError as exc:
-            self._count_failure(exc, started)
+            self._count_failure(exc, started, key)
             raise
         finally:
             self.valve.left()
-        judged = self.core.judge_fill(key, response, generation_ms=self._count_fetch(started))
+        judged = self.core.judge_fill(key, response, generation_ms=self._count_fetch(started, key))
         if isinstance(judged, Page):
             self.core.store(key, judged, fetched_at)
         return self._counted(judged)
 
-    def _count_fetch(self, started: float) -> float:
+    def _count_fetch(self, started: float, key: CacheKey) -> float:
         """Count one guest sub-request that the site answered; its time in milliseconds."""
         elapsed_ms = (time.perf_counter() - started) * 1000
         self.metrics.record_origin(elapsed_ms)
-        self.valve.sample(elapsed_ms)
+        self.valve.sample(elapsed_ms, key.digest)
         return elapsed_ms
 
-    def _count_failure(self, error: OriginError, started: float) -> None:
-        self._count_fetch(started)
+    def _count_failure(self, error: OriginError, started: float, key: CacheKey) -> None:
+        self._count_fetch(started, key)
         if isinstance(error, PageTooLarge):  # the site answered; the page is passed on, not stored
             self.metrics.count_not_stored("too-big")
             return

@@ -1,30 +1,36 @@
 """The crawler-only overload valve: is the site saturated, so a crawler's miss should wait?
 
 Saturated means: requests to the site in flight in this process (fills, and people's requests
-passed through) at ``max_in_flight``; or the site's time to first byte over the last
-``window_seconds`` above ``slow_factor`` times its normal level (its average over ten minutes)
-and above ``slow_ms``. Then crawlers and suspects that miss both cache levels get 503 with
-``Retry-After`` (what Google and Bing document as "slow down"); people are never refused.
-With no answer of the site in the window, its slowness is over: the next miss goes through and
-measures it again.
+passed through) at ``max_in_flight``; or the site slow across many pages: over the last
+``window_seconds``, the pages answered (at least three different ones) took, in the median,
+``slow_factor`` times their own normal time (each page's average over about ten minutes) and over
+``slow_ms``. Each page is judged against itself, and votes once however often it is asked for, so a
+handful of slow pages (a report, an export, an attacker's pick) cannot trip it: only a site that got
+slow does. A page seen for the first time has no normal yet and does not vote. Then crawlers and
+suspects that miss both cache levels get 503 with ``Retry-After`` (what Google and Bing document as
+"slow down"); people are never refused. With no answer of the site in the window, its slowness is
+over: the next miss goes through and measures it again.
 
     valve = OverloadValve(settings.valve)
-    valve.entered(); ...; valve.sample(ttfb_ms=120.0); valve.left()   # a request to the site, and its TTFB
+    valve.entered(); ...; valve.sample(ttfb_ms=120.0, page=key.digest); valve.left()
     valve.shedding(now=time.monotonic())
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 
 from crawlergate.config import ValveSettings
 
 _NORMAL_WINDOW_S = 600.0
 _SAMPLES = 4096
-# Fewer answers than this in the window say nothing about the site's speed.
-_MIN_SAMPLES = 3
+# Pages whose normal time is remembered (least recently answered forgotten first).
+_PAGES_REMEMBERED = 4096
+# Answers of fewer different pages than this in the window say nothing about the site's speed.
+_MIN_PAGES = 3
 
 
 class OverloadValve:
@@ -37,7 +43,11 @@ class OverloadValve:
         self.slow_ms = settings.slow_ms
         self.window_s = settings.window_seconds
         self.in_flight = 0
-        self._samples: deque[tuple[float, float]] = deque(maxlen=_SAMPLES)  # (when, TTFB ms)
+        # (when, page, TTFB ms, TTFB over the page's normal) of pages that had a normal.
+        self._samples: deque[tuple[float, str, float, float]] = deque(maxlen=_SAMPLES)
+        # page -> [normal TTFB ms, when last learned]
+        self._pages: OrderedDict[str, list[float]] = OrderedDict()
+        # The site's normal over all pages: what the status shows.
         self._normal_ms = 0.0
         self._normal_at = 0.0
         self._lock = threading.Lock()
@@ -52,34 +62,48 @@ class OverloadValve:
         with self._lock:
             self.in_flight -= 1
 
-    def sample(self, ttfb_ms: float, now: float | None = None) -> None:
-        """One time to first byte of the site."""
+    def sample(self, ttfb_ms: float, page: str = "", now: float | None = None) -> None:
+        """One time to first byte of the site, for ``page`` (a cache key's digest; "" for none)."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            self._samples.append((now, ttfb_ms))
-            self._learn_normal(ttfb_ms, now)
+            self._normal_ms, self._normal_at = self._learned(self._normal_ms, self._normal_at, ttfb_ms, now)
+            if not page:
+                return
+            known = self._pages.get(page)
+            if known is None:
+                if len(self._pages) >= _PAGES_REMEMBERED:
+                    self._pages.popitem(last=False)
+                self._pages[page] = [ttfb_ms, now]
+                return
+            self._pages.move_to_end(page)
+            self._samples.append((now, page, ttfb_ms, ttfb_ms / max(known[0], 1.0)))
+            known[0], known[1] = self._learned(known[0], known[1], ttfb_ms, now)
 
-    def _learn_normal(self, ttfb_ms: float, now: float) -> None:
+    def _learned(self, normal_ms: float, learned_at: float, ttfb_ms: float, now: float) -> tuple[float, float]:
         """An exponential average over about ten minutes, slowed down while saturated so a long overload
         does not become the new normal."""
-        if self._normal_at == 0.0:
-            self._normal_ms, self._normal_at = ttfb_ms, now
-            return
-        weight = min((now - self._normal_at) / _NORMAL_WINDOW_S, 1.0)
+        if learned_at == 0.0:
+            return ttfb_ms, now
+        weight = min((now - learned_at) / _NORMAL_WINDOW_S, 1.0)
         if self._shedding:
             weight /= 10
-        self._normal_ms += (ttfb_ms - self._normal_ms) * max(weight, 1 / _SAMPLES)
-        self._normal_at = now
+        return normal_ms + (ttfb_ms - normal_ms) * max(weight, 1 / _SAMPLES), now
 
-    def recent_ms(self, now: float) -> float | None:
-        """The mean TTFB over the window, or None with too few answers in it."""
+    def recent(self, now: float) -> tuple[float, float, int] | None:
+        """Over the window, one vote per page (its latest answer): the median TTFB, the median of TTFB over the
+        page's normal, and the pages that voted; None with fewer than _MIN_PAGES pages."""
         horizon = now - self.window_s
         samples = self._samples
         while samples and samples[0][0] < horizon:
             samples.popleft()
-        if len(samples) < _MIN_SAMPLES:
+        latest = {page: (ms, ratio) for _, page, ms, ratio in samples}
+        if len(latest) < _MIN_PAGES:
             return None
-        return sum(ms for _, ms in samples) / len(samples)
+        return (
+            statistics.median(ms for ms, _ in latest.values()),
+            statistics.median(ratio for _, ratio in latest.values()),
+            len(latest),
+        )
 
     def shedding(self, now: float | None = None) -> bool:
         """Whether crawler misses should be refused now."""
@@ -89,9 +113,8 @@ class OverloadValve:
         with self._lock:
             saturated = self.in_flight >= self.max_in_flight
             if not saturated:
-                recent = self.recent_ms(now)
-                limit = max(self.slow_factor * self._normal_ms, self.slow_ms)
-                saturated = recent is not None and recent > limit
+                recent = self.recent(now)
+                saturated = recent is not None and recent[1] > self.slow_factor and recent[0] > self.slow_ms
             self._shedding = saturated
             return saturated
 
@@ -100,12 +123,14 @@ class OverloadValve:
         now = time.monotonic()
         shedding = self.shedding(now)
         with self._lock:
-            recent = self.recent_ms(now)
+            recent = self.recent(now)
         return {
             "enabled": self.enabled,
             "shedding": shedding,
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,
-            "recent_ttfb_ms": round(recent, 1) if recent is not None else None,
+            "recent_ttfb_ms": round(recent[0], 1) if recent is not None else None,
+            "recent_slowdown": round(recent[1], 2) if recent is not None else None,
+            "recent_pages": recent[2] if recent is not None else 0,
             "normal_ttfb_ms": round(self._normal_ms, 1),
         }
