@@ -500,6 +500,13 @@ class PolicySettings:
     rules_file: str = "policy.toml"
     # Retry-After of a cache-only miss and of the overload valve's 503.
     retry_after_seconds: int = 120
+    # New pages the suspects of these tags ("unverified-claimant": a search engine's user agent from outside
+    # its addresses; "evidence": a browser's user agent the evidence convicts) may make the site fill, per /24
+    # (IPv4) or /48 (IPv6) network: suspect_fills_per_minute, up to suspect_fill_burst saved. Past it, a miss
+    # is answered as a cache-only one (a stored copy, else 503). 0 a minute: no budget.
+    suspect_fill_budget_tags: tuple[str, ...] = ("unverified-claimant",)
+    suspect_fills_per_minute: float = 30.0
+    suspect_fill_burst: int = 60
 
     def __post_init__(self) -> None:
         _require(
@@ -507,6 +514,25 @@ class PolicySettings:
             "policy.retry_after_seconds",
             self.retry_after_seconds,
             "Must be from 1 to 86400 (a day).",
+        )
+        _require(
+            0 <= self.suspect_fills_per_minute <= 1_000_000,
+            "policy.suspect_fills_per_minute",
+            self.suspect_fills_per_minute,
+            "Must be from 0 (no budget) to 1000000.",
+        )
+        for tag in self.suspect_fill_budget_tags:
+            _require(
+                tag in ("unverified-claimant", "evidence"),
+                "policy.suspect_fill_budget_tags",
+                tag,
+                "Each must be 'unverified-claimant' or 'evidence'.",
+            )
+        _require(
+            1 <= self.suspect_fill_burst <= 1_000_000,
+            "policy.suspect_fill_burst",
+            self.suspect_fill_burst,
+            "Must be from 1 to 1000000.",
         )
 
 

@@ -391,7 +391,11 @@ def stats_from(totals: Mapping[str, int]) -> dict[str, Any]:
             "unverified_claimants": totals.get("claimants|unverified", 0),
             "reasons": _named(totals, "evidence|"),
         },
-        "refused": {"valve": totals.get("refused|valve", 0), "cache_only": totals.get("refused|cache-only", 0)},
+        "refused": {
+            "valve": totals.get("refused|valve", 0),
+            "cache_only": totals.get("refused|cache-only", 0),
+            "fill_budget": totals.get("refused|fill-budget", 0),
+        },
     }
     for kind in CLASSES:
         outcomes = {outcome: totals.get(f"req|{kind}|{outcome}", 0) for outcome in OUTCOMES}
@@ -487,7 +491,7 @@ def prometheus_text(
         ("crawlergate_evidence_total", "Suspects' requests by the evidence (rule) that counted against them.",
          "reason", _named(totals, "evidence|")),
         ("crawlergate_refused_total", "Crawler and suspect misses answered 503 to spare the site, by what refused.",
-         "by", {"valve": totals.get("refused|valve", 0), "cache-only": totals.get("refused|cache-only", 0)}),
+         "by", {by: totals.get(f"refused|{by}", 0) for by in ("valve", "cache-only", "fill-budget")}),
     ]  # fmt: skip
     for metric, text, label, values in labelled:
         lines += [f"# HELP {metric} {text}", f"# TYPE {metric} counter"]

@@ -524,7 +524,9 @@ def test_valve_sheds_crawler_misses_while_the_site_is_saturated_never_people(tmp
             # A refused page was never asked of the site.
             assert not [t for t in refused if ("GET", t) in site.origin.since(mark)]
             stats = gate.stats()
-            assert stats["valve"]["refused"] == {"valve": len(refused), "cache_only": 0}, stats["valve"]
+            assert stats["valve"]["refused"] == {"valve": len(refused), "cache_only": 0, "fill_budget": 0}, stats[
+                "valve"
+            ]
             assert stats["crawler"]["refused"] == len(refused) and stats["human"]["refused"] == 0
 
             # The site is fast again. Past the valve's window of its pace, with nothing in flight, the valve is closed:
@@ -536,7 +538,7 @@ def test_valve_sheds_crawler_misses_while_the_site_is_saturated_never_people(tmp
             for target in refused:
                 answer = get(target, crawler)
                 assert (answer.status_code, answer.headers["x-crawlergate"]) == (200, "miss"), target
-            assert gate.stats()["valve"]["refused"] == {"valve": len(refused), "cache_only": 0}
+            assert gate.stats()["valve"]["refused"] == {"valve": len(refused), "cache_only": 0, "fill_budget": 0}
             assert valve_after["in_flight"] == 0 and valve_after["shedding"] is False, (
                 f"{3 * VALVE_WINDOW_S} s after the site was fast again, with nothing in flight: {valve_after}"
             )

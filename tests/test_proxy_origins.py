@@ -12,6 +12,7 @@ import http.server
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -386,3 +387,35 @@ def test_proxy_three_slow_person_requests_leave_crawler_misses_answered(tmp_path
         origin.stop()
     assert [answer.status_code for answer in slow] == [200] * 3
     assert [answer.status_code for answer in crawler] == [200] * 8
+
+
+def test_proxy_fake_googlebot_busting_the_cache_is_held_to_its_fill_budget(tmp_path: Path) -> None:
+    """1,000 distinct ?n= from one address outside Google's ranges with Googlebot's user agent."""
+    fetched: list[str] = []
+
+    async def page(request: Request) -> Response:
+        fetched.append(str(request.url))
+        return HTMLResponse("<p>page</p>")
+
+    origin = ServerThread(Starlette(routes=[Route("/thread", page)])).start()
+    proxy = _proxy(origin.url, tmp_path)
+    fake = {**GOOGLEBOT, "x-forwarded-for": "198.51.100.7"}  # through the trusted front (loopback)
+    neighbour = {**GOOGLEBOT, "x-forwarded-for": "198.51.100.99"}  # same /24
+    other = {**GOOGLEBOT, "x-forwarded-for": "203.0.113.5"}
+    try:
+        started = time.monotonic()
+        with httpx.Client(base_url=proxy.url) as client:
+            statuses = Counter(client.get(f"/thread?n={n}", headers=fake).status_code for n in range(1000))
+            from_neighbour = client.get("/thread?n=x", headers=neighbour)
+            elsewhere = client.get("/thread?n=y", headers=other)
+            stats = client.get("/_crawlergate/stats").json()
+        elapsed_s = time.monotonic() - started
+    finally:
+        proxy.stop()
+        origin.stop()
+    # The burst (60), then 30 a minute: the site filled a few dozen pages, not a thousand.
+    assert len(fetched) <= 60 + elapsed_s / 2 + 2, (len(fetched), elapsed_s)
+    assert statuses[503] >= 900 and statuses[200] + 1 == len(fetched)  # and the one from elsewhere
+    assert from_neighbour.status_code == 503 and elsewhere.status_code == 200
+    assert stats["valve"]["refused"]["fill_budget"] == statuses[503] + 1
+    assert len(list((tmp_path / "l2").rglob("*.page"))) <= len(fetched) + 1

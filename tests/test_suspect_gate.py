@@ -128,7 +128,7 @@ def test_policy_live_deny_and_cache_only(judged: Running, tmp_path: Path) -> Non
     assert (stored.status_code, stored.headers["x-crawlergate"]) == (200, "l1-hit")
     assert judged.fetches("/showthread.php?t=2") == 1 and judged.fetches("/showthread.php?t=3") == 1
     assert stats["crawler"]["denied"] == 1 and stats["crawler"]["refused"] == 1
-    assert stats["valve"]["refused"] == {"valve": 0, "cache_only": 1}
+    assert stats["valve"]["refused"] == {"valve": 0, "cache_only": 1, "fill_budget": 0}
 
 
 def test_a_fake_googlebot_is_an_unverified_claimant_served_from_the_cache(judged: Running) -> None:

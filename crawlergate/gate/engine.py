@@ -29,6 +29,7 @@ from crawlergate.devices import DeviceClasses, variant_key, varies_by_user_agent
 from crawlergate.errors import OriginError, OriginTimeout
 from crawlergate.gate.answer import Response, json_response, page_response, plain_response
 from crawlergate.gate.dirty import DirtyIndex, IndexUnavailable
+from crawlergate.gate.fillbudget import FillBudget
 from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.gate.origin import OriginResponse, PageTooLarge, PublicSite
 from crawlergate.gate.storable import StoragePolicy, StoreVerdict
@@ -182,6 +183,10 @@ class GateCore:
         self.valve = valve
         self._static_extensions = keys.rules.static_extensions
         self._retry_after = str(settings.policy.retry_after_seconds).encode()
+        self._budgeted_tags = frozenset(settings.policy.suspect_fill_budget_tags)
+        self.fill_budget = FillBudget(
+            per_minute=settings.policy.suspect_fills_per_minute, burst=settings.policy.suspect_fill_burst
+        )
         self._purgers = TrustedProxies(settings.admin.purgers)
         self._max_stale_s = settings.cache.max_stale_seconds
         self.storage = StoragePolicy(settings.cache, self.keys)
@@ -260,9 +265,11 @@ class GateCore:
             return Decision(Route.PASS, HUMAN, key, request)  # a session: the live site, whatever the evidence
         verdict = self.classifier.classify(request.user_agent)
         judge = self.judge
+        client = None
         if verdict.is_crawler:
             if judge.needs_client(verdict):
-                judgement = judge.claimant(verdict, self.trusted.client(peer, headers))
+                client = self.trusted.client(peer, headers)
+                judgement = judge.claimant(verdict, client)
             else:
                 judgement = judge.judged(verdict)
         elif key is not None and judge.rules is not None:
@@ -285,7 +292,9 @@ class GateCore:
             if key is None and method in ("GET", "HEAD"):
                 self.metrics.count_not_stored("excluded")
             return Decision(Route.PASS, verdict, key, request, judgement.reasons)
-        return Decision(Route.CRAWLER, verdict, key, request, judgement.reasons, action is Action.CACHE_ONLY)
+        # The address of a suspect whose misses are budgeted (FillBudget).
+        client = client if verdict.kind == "suspect" and verdict.tag in self._budgeted_tags else None
+        return Decision(Route.CRAWLER, verdict, key, request, judgement.reasons, action is Action.CACHE_ONLY, client)
 
     def is_admin_path(self, path: str) -> bool:
         return path == self._admin_prefix or path.startswith(self._admin_prefix + "/")
@@ -332,12 +341,14 @@ class GateCore:
     ) -> tuple[Response, str] | None:
         """Before a crawler's fill: the answer to give instead when the site must be spared (a cache-only policy, or
         the overload valve), with its outcome; None: fill. A stored copy of any age is served before a 503."""
-        if not decision.cache_only and not self.valve.shedding():
+        over_budget = decision.client is not None and not self.fill_budget.take(decision.client, time.monotonic())
+        if not decision.cache_only and not over_budget and not self.valve.shedding():
             return None
         if stale is not None:
             return page_response(stale, method, request, outcome=b"stale", now=self.clock()), "stale"
-        self.metrics.count("refused|cache-only" if decision.cache_only else "refused|valve")
-        message = b"Not stored yet; please come back later.\n" if decision.cache_only else b"The site is busy.\n"
+        by = "cache-only" if decision.cache_only else "fill-budget" if over_budget else "valve"
+        self.metrics.count(f"refused|{by}")
+        message = b"The site is busy.\n" if by == "valve" else b"Not stored yet; please come back later.\n"
         return plain_response(503, message, outcome=b"miss", retry_after=self._retry_after), "refused"
 
     def deny(self) -> Response:
