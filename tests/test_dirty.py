@@ -414,3 +414,16 @@ async def test_dirty_crawler_demand_is_counted_off_the_request_path_and_decays(t
     clock.now += 86400
     assert dirty.demand(one.digest) == pytest.approx(1.5)  # halved after a day
     gate.core.close()
+
+
+def test_dirty_index_write_ahead_log_stays_bounded(index: DirtyIndex) -> None:
+    from crawlergate.gate.dirty import WAL_MAX_BYTES
+
+    largest = 0
+    for batch in range(40):  # 20,000 pages stored and marked, as a crawl of new pages and a wave of edits
+        for number in range(500):
+            index.record_stored(f"{batch:04d}{number:028d}", f"/t/{batch}/{number}", fetched_at=1.0)
+        index.mark([f"{batch:04d}{number:028d}" for number in range(0, 500, 3)], "api")
+        wal = index.path.with_name(index.path.name + "-wal")
+        largest = max(largest, wal.stat().st_size if wal.exists() else 0)
+    assert largest <= WAL_MAX_BYTES * 1.5, largest  # SQLite's own default left 4 MB behind

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,6 +154,37 @@ def test_access_log_rotates_by_size_and_follows_a_moved_file(tmp_path: Path) -> 
         r'HTTP/1\.1" 200 10 "-" "Googlebot\\x01" 412 l1-hit "human" "-"',
         line,
     ), line
+
+
+def test_serve_access_log_stays_under_its_size_in_a_burst(forum: ServerThread, tmp_path: Path) -> None:
+    """A crawler burst for 15 s at full speed: the file never passes log.access_max_bytes (one worker: the
+    file is rotated before a batch would cross it), the backups are kept, no more."""
+    limit = 60_000
+    config = f"[log]\naccess_max_bytes = {limit}\naccess_backups = 2\n"
+    largest = 0
+    with serve_process(forum.url, tmp_path, config) as gate:
+        log = tmp_path / "l2" / "access.log"
+        stop = threading.Event()
+
+        def burst() -> None:
+            with httpx.Client(base_url=gate, headers={"user-agent": GOOGLEBOT}) as client:
+                for number in range(100_000):  # bounded: 15 s at most
+                    if stop.is_set():
+                        return
+                    client.get(f"/showthread.php?t={number % 20 + 1}")
+
+        workers = [threading.Thread(target=burst) for _ in range(4)]
+        for worker in workers:
+            worker.start()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            largest = max(largest, log.stat().st_size if log.exists() else 0)
+            time.sleep(0.1)
+        stop.set()
+        for worker in workers:
+            worker.join()
+    assert 0 < largest <= limit
+    assert (tmp_path / "l2" / "access.log.2").exists() and not (tmp_path / "l2" / "access.log.3").exists()
 
 
 def test_wsgi_gate_writes_the_access_log_when_configured(tmp_path: Path) -> None:

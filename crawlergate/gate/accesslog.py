@@ -15,7 +15,8 @@ from the event loop once a request (20 % of crawler-hit throughput); formatting 
 batches, keeps each request's scope alive and cost more than formatting at once.
 
 Several worker processes append to one file: the file is opened with ``O_APPEND`` and each batch
-is one ``write``, so lines never interleave. Past ``max_bytes`` the file is rotated (``access.log.1``
+is one ``write``, so lines never interleave. Before a batch would take the file past ``max_bytes`` it is
+rotated (``access.log.1``
 …) under a lock file, by whichever process sees it first; the others notice the new file and reopen
 it, as they do after ``logrotate`` renames it. ``copytruncate`` needs nothing: appends follow the end.
 """
@@ -70,6 +71,8 @@ class AccessLog:
         self._stopping = threading.Event()
         self._fd = -1
         self._inode = (0, 0)
+        # The file's size as this process last saw it, plus what it wrote since.
+        self._size = 0
         self._checked_at = 0.0
         self._warned_at = float("-inf")
         self._dropped_reported = 0
@@ -85,6 +88,7 @@ class AccessLog:
             self._fd = open_log(self.path)
             stat = os.fstat(self._fd)
             self._inode = (stat.st_dev, stat.st_ino)
+            self._size = stat.st_size
             self._thread = threading.Thread(target=self._run, name="crawlergate-access-log", daemon=True)
             self._thread.start()
 
@@ -140,8 +144,20 @@ class AccessLog:
 
     def _write(self, data: bytes) -> None:
         try:
-            self._follow_rotation()
-            os.write(self._fd, data)
+            while data:
+                self._follow_rotation(len(data))
+                piece = data
+                if self.max_bytes and self._size + len(data) > self.max_bytes:
+                    # A batch larger than the room left (a burst): the whole lines that fit, the rest in a new file.
+                    room = self.max_bytes - self._size
+                    cut = data.rfind(b"\n", 0, room) + 1 if room > 0 else 0
+                    if cut == 0 and self._size:
+                        self._rotate(len(data))
+                        continue
+                    piece = data[: cut or data.find(b"\n") + 1 or len(data)]  # a lone line past the limit: whole
+                os.write(self._fd, piece)
+                self._size += len(piece)
+                data = data[len(piece) :]
         except OSError as exc:
             # A full or lost disk: the lines are lost, requests go on; said once a minute at most.
             now = time.monotonic()
@@ -149,10 +165,13 @@ class AccessLog:
                 self._warned_at = now
                 logger.warning("access log %s: %s", self.path, exc)
 
-    def _follow_rotation(self) -> None:
-        """Reopen after another process or logrotate moved the file; rotate it when it is too big."""
+    def _follow_rotation(self, incoming: int) -> None:
+        """Reopen after another process or logrotate moved the file; rotate it before ``incoming`` more bytes
+        would take it past ``max_bytes`` (looked at once a second, or sooner when this process's own writes
+        bring it near the limit)."""
         now = time.monotonic()
-        if not self._reopen and now - self._checked_at < 1.0:
+        near_limit = self.max_bytes and self._size + incoming > self.max_bytes
+        if not self._reopen and now - self._checked_at < 1.0 and not near_limit:
             return
         self._checked_at = now
         try:
@@ -163,15 +182,18 @@ class AccessLog:
         if moved or self._reopen:
             self._reopen = False
             self._open()
-        elif self.max_bytes and stat.st_size >= self.max_bytes:
-            self._rotate()
+        elif self.max_bytes and stat.st_size and stat.st_size + incoming > self.max_bytes:
+            self._rotate(incoming)
+        else:
+            self._size = stat.st_size
 
-    def _rotate(self) -> None:
+    def _rotate(self, incoming: int) -> None:
         with open(self.path.with_name(self.path.name + ".lock"), "a") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
             try:
                 # Another process may have rotated while this one waited: then only reopen.
-                if os.stat(self.path).st_size >= self.max_bytes:
+                size = os.stat(self.path).st_size
+                if size and size + incoming > self.max_bytes:
                     self._shift_backups()
             finally:
                 fcntl.flock(lock_file, fcntl.LOCK_UN)
@@ -194,6 +216,7 @@ class AccessLog:
         self._fd = fd
         stat = os.fstat(fd)
         self._inode = (stat.st_dev, stat.st_ino)
+        self._size = stat.st_size
 
     def _line(
         self,

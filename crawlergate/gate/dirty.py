@@ -41,6 +41,9 @@ from crawlergate.errors import ConfigError, CrawlerGateError
 logger = logging.getLogger(__name__)
 # How long a write waits for another process's write to finish (SQLite's busy timeout).
 WAIT_S = 5.0
+# The write-ahead log: checkpointed every 256 pages (1 MB of 4 KB pages), and cut back to 1 MB after.
+WAL_CHECKPOINT_PAGES = 256
+WAL_MAX_BYTES = 1024 * 1024
 
 
 # Crawler requests are written to the index at most this often; a page's demand halves every half-life.
@@ -153,6 +156,10 @@ class DirtyIndex:
         try:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
+            # The WAL is folded into the index every WAL_CHECKPOINT_PAGES pages and cut back to
+            # WAL_MAX_BYTES after: SQLite's defaults let it stay at its largest size for ever.
+            connection.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
+            connection.execute(f"PRAGMA journal_size_limit={WAL_MAX_BYTES}")
             connection.executescript(_SCHEMA)
             columns = {row[1] for row in connection.execute("PRAGMA table_info(pages)")}
             if "stored_seq" not in columns:  # an index written by crawlergate 0.x before regeneration
