@@ -8,6 +8,7 @@ Python's ``http.server`` (which ends every body by closing), and small Starlette
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
 import socket
 import threading
@@ -26,7 +27,7 @@ from starlette.routing import Route
 
 from crawlergate.adapters.proxy import create_app
 from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
-from tests.conftest import FIREFOX, RawHttpServer, ServerThread
+from tests.conftest import FIREFOX, RawHttpServer, ServerThread, serve_process
 
 pytestmark = pytest.mark.e2e
 
@@ -419,3 +420,46 @@ def test_proxy_fake_googlebot_busting_the_cache_is_held_to_its_fill_budget(tmp_p
     assert from_neighbour.status_code == 503 and elsewhere.status_code == 200
     assert stats["valve"]["refused"]["fill_budget"] == statuses[503] + 1
     assert len(list((tmp_path / "l2").rglob("*.page"))) <= len(fetched) + 1
+
+
+def test_serve_two_workers_filling_never_hold_more_than_the_l2_cap_and_a_page(tmp_path: Path) -> None:
+    """Two worker processes fill distinct pages for 20 s; the folder is measured every 100 ms."""
+    page = HTMLResponse("<p>" + "x" * 20_000 + "</p>")
+
+    async def any_page(request: Request) -> Response:
+        return page
+
+    origin = ServerThread(Starlette(routes=[Route("/p/{n}", any_page)])).start()
+    cap, page_on_disk = 1_000_000, 4096  # a 20 KB page is about 2 KB of gzip: one block
+    largest = 0
+    try:
+        with serve_process(origin.url, tmp_path, f"[l2]\nmax_bytes = {cap}\n", workers=2) as gate:
+            stop = threading.Event()
+
+            def crawl(first: int) -> None:
+                with httpx.Client(base_url=gate, headers=GOOGLEBOT) as client:
+                    for number in range(first, first + 100_000):  # bounded: 20 s at most
+                        if stop.is_set():
+                            return
+                        client.get(f"/p/{number}")
+
+            crawlers = [threading.Thread(target=crawl, args=(first,)) for first in (0, 1_000_000, 2_000_000)]
+            for crawler in crawlers:
+                crawler.start()
+            deadline = time.monotonic() + 20
+            pages = 0
+            while time.monotonic() < deadline:
+                files = list((tmp_path / "l2").rglob("*.page"))
+                on_disk = 0
+                for file in files:
+                    with contextlib.suppress(FileNotFoundError):
+                        on_disk += -(-file.stat().st_size // 4096) * 4096
+                largest, pages = max(largest, on_disk), max(pages, len(files))
+                time.sleep(0.1)
+            stop.set()
+            for crawler in crawlers:
+                crawler.join()
+    finally:
+        origin.stop()
+    assert pages > 200  # the cap was reached and held while both workers kept filling
+    assert largest <= cap + page_on_disk, largest

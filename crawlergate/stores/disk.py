@@ -5,9 +5,12 @@ never by anything from the URL. Writes go to a temporary file in the same folder
 then renamed over the old file, so a crash or a full disk never leaves half a page under the
 page's name. The total size is capped, counted as the disk counts it (whole 4 KB blocks): the
 least recently served pages go first. Recency is kept in memory and rebuilt from file times, so a
-read costs no extra system call. Several processes share one directory (``serve --workers``):
-each rescans it now and then (``RESCAN_SECONDS``), so the cap holds for all of them together. A
-full disk makes a write evict pages and try once more instead of failing from then on.
+read costs no extra system call. Several processes share one directory (``serve --workers``): the
+total is one count in the folder (``.size``), changed under a file lock by every write and delete
+of every process, and a write that takes it past the cap evicts before the lock is let go, so the
+folder never holds more than the cap and one page. Each process rescans the folder now and then
+(``RESCAN_SECONDS``) to learn the recency of the others' pages. A full disk makes a write evict
+pages and try once more instead of failing from then on.
 
     store = DiskStore(Path("/var/cache/crawlergate"), max_bytes=1 << 30)
     store.start()
@@ -17,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from crawlergate.errors import ConfigError, StoreUnavailable
@@ -31,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 SUFFIX = ".page"
 _TEMP_PREFIX = ".tmp-"
+# The total size of the pages, shared by the processes that use the folder: 8 bytes, and its lock.
+_COUNT_FILE = ".size"
 # What a file takes on disk: whole blocks of this size (ext4's and most file systems' default).
 BLOCK_BYTES = 4096
 # How often a process recounts the directory, which other processes write to too.
@@ -56,6 +62,11 @@ class DiskStore:
         self.used_bytes = 0
         self._recency: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
+        # The shared count: a thread of this process at a time (flock does not tell threads apart), then
+        # a process at a time.
+        self._count_lock = threading.Lock()
+        self._count_fd = -1
+        self._count_pid = 0
         self._clock = clock
         self._rescan_at = 0.0
         # Called once for each page deleted to stay within max_bytes (the cache counts them).
@@ -68,6 +79,8 @@ class DiskStore:
             probe = self.root / f"{_TEMP_PREFIX}probe-{os.getpid()}-{threading.get_ident()}"
             probe.write_bytes(b"")
             probe.unlink()
+            self._count_fd = os.open(self.root / _COUNT_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            self._count_pid = os.getpid()
         except OSError as exc:
             raise ConfigError(f"Cache directory '{self.root}' is not usable: {exc.strerror or exc}.") from None
         self._rescan(moving=True)
@@ -101,9 +114,11 @@ class DiskStore:
             for key in served:
                 if key in self._recency:
                     self._recency.move_to_end(key)
-            self.used_bytes = sum(self._recency.values())
             self._rescan_at = self._clock() + RESCAN_SECONDS
-        self._evict()
+        with self._counted() as total:
+            if moving:  # at start: the folder as it is, whatever a crash left in the count
+                total[0] = sum(size for _, _, size in found)
+            self._evict_past_cap(total)
 
     def __len__(self) -> int:
         return len(self._recency)
@@ -141,24 +156,29 @@ class DiskStore:
                 self._write(key, value)
             except OSError as again:
                 raise StoreUnavailable(f"L2 write of {key}: {again.strerror}") from again
-        with self._lock:
-            self.used_bytes += _on_disk(len(value)) - self._recency.pop(key, 0)
-            self._recency[key] = _on_disk(len(value))
         if self._clock() >= self._rescan_at:
             self._rescan()
-        else:
-            self._evict()
 
     def _write(self, key: str, value: bytes) -> None:
+        """The page written to a temporary file and synced, then put in place and counted under the shared lock,
+        evicting past the cap before the lock is let go."""
         path = self.path_for(key)
         temp = path.with_name(f"{_TEMP_PREFIX}{key}-{os.getpid()}-{threading.get_ident()}")
+        size = _on_disk(len(value))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(temp, "wb") as handle:
                 handle.write(value)
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(temp, path)
+            with self._counted() as total:
+                replaced = _size_of(path)
+                os.replace(temp, path)
+                total[0] += size - replaced
+                with self._lock:
+                    self._recency.pop(key, None)
+                    self._recency[key] = size
+                self._evict_past_cap(total, keep=key)
         except OSError:
             with contextlib.suppress(OSError):
                 temp.unlink()
@@ -166,41 +186,99 @@ class DiskStore:
 
     def delete(self, key: str) -> None:
         try:
-            self.path_for(key).unlink()
+            with self._counted() as total:
+                path = self.path_for(key)
+                size = _size_of(path)
+                path.unlink()
+                total[0] -= size
         except FileNotFoundError:
             pass
         except OSError as exc:
             raise StoreUnavailable(f"L2 delete of {key}: {exc.strerror}") from exc
         with self._lock:
-            self.used_bytes -= self._recency.pop(key, 0)
+            self._recency.pop(key, None)
 
     def digests(self) -> list[str]:
         with self._lock:
             return list(self._recency)
 
     def close(self) -> None:
-        pass
+        with self._count_lock:
+            if self._count_fd >= 0:
+                os.close(self._count_fd)
+                self._count_fd = -1
 
-    def _evict(self) -> None:
-        self._free(self.used_bytes - self.max_bytes)
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[list[int]]:
+        """The shared total, as a one-item list to change, held under the lock of every process of the folder."""
+        with self._count_lock:
+            if self._count_pid != os.getpid() and self._count_fd >= 0:
+                # A forked child (a pre-forking server): flock would not tell it from its parent; its own file.
+                os.close(self._count_fd)
+                self._count_fd = os.open(self.root / _COUNT_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+                self._count_pid = os.getpid()
+            fd = self._count_fd
+            if fd < 0:  # not started (a store used without start(), as in tests): this process's own count
+                total = [self.used_bytes]
+                yield total
+                self.used_bytes = total[0]
+                return
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                raw = os.pread(fd, 8, 0)
+                total = [max(0, int.from_bytes(raw, "little", signed=True)) if len(raw) == 8 else 0]
+                before = total[0]
+                try:
+                    yield total
+                finally:
+                    if total[0] != before:
+                        os.pwrite(fd, max(0, total[0]).to_bytes(8, "little", signed=True), 0)
+                    self.used_bytes = max(0, total[0])
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _evict_past_cap(self, total: list[int], keep: str = "") -> None:
+        """Under the shared lock: delete the least recently served pages this process knows while past the cap."""
+        while total[0] > self.max_bytes:
+            with self._lock:
+                victim = next((key for key in self._recency if key != keep), None)
+                if victim is None:
+                    return  # only pages this process has not seen yet: its next rescan finds them
+                self._recency.pop(victim)
+            path = self.path_for(victim)
+            size = _size_of(path)
+            with contextlib.suppress(OSError):
+                path.unlink()
+                total[0] -= size
+                self.on_evict()
 
     def _free(self, wanted_bytes: int) -> None:
-        """Delete the least recently served pages until ``wanted_bytes`` are freed."""
-        freed = 0
-        while freed < wanted_bytes:
-            with self._lock:
-                if not self._recency:
-                    return
-                key, size = self._recency.popitem(last=False)
-                self.used_bytes -= size
-            freed += size
-            self.on_evict()
-            with contextlib.suppress(OSError):
-                self.path_for(key).unlink()
+        """Delete the least recently served pages until ``wanted_bytes`` are freed (a full disk)."""
+        with self._counted() as total:
+            goal = max(0, total[0] - wanted_bytes)
+            while total[0] > goal:
+                with self._lock:
+                    if not self._recency:
+                        return
+                    key, _ = self._recency.popitem(last=False)
+                path = self.path_for(key)
+                size = _size_of(path)
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                    total[0] -= size
+                    self.on_evict()
 
 
 def _on_disk(size: int) -> int:
     return -(-size // BLOCK_BYTES) * BLOCK_BYTES
+
+
+def _size_of(path: Path) -> int:
+    """What a page's file takes on disk, as counted; 0 when there is none."""
+    try:
+        return _on_disk(os.stat(path).st_size)
+    except FileNotFoundError:
+        return 0
 
 
 def _nothing() -> None:
