@@ -186,6 +186,9 @@ class ServerSettings:
     # request waits origin_connect_timeout_seconds for a place, then gets 504.
     origin_max_connections: int = 512
     fill_max_connections: int = 128
+    # One client's requests passed to the origin at once, per worker (nginx's limit_conn): past it, 503 with
+    # Retry-After. 0: no limit. The client is the address a trusted proxy forwards for.
+    origin_requests_per_client: int = 0
 
     def __post_init__(self) -> None:
         _require(0 < self.port < 65536, "server.port", self.port, "Must be a port number from 1 to 65535.")
@@ -195,6 +198,12 @@ class ServerSettings:
             except ValueError:
                 _fail("server.trusted_proxies", proxy, "Each entry must be an IP address or network, e.g. 10.0.0.0/8.")
         _require(self.workers >= 1, "server.workers", self.workers, "Must be a positive integer.")
+        _require(
+            self.origin_requests_per_client >= 0,
+            "server.origin_requests_per_client",
+            self.origin_requests_per_client,
+            "Must be 0 (no limit) or more.",
+        )
         if self.origin and not re.match(r"^https?://[^/\s]+", self.origin):
             _fail("server.origin", self.origin, "Must be an http:// or https:// URL, e.g. http://127.0.0.1:8000.")
         if self.canonical_host and not self.public_url:

@@ -463,3 +463,26 @@ def test_serve_two_workers_filling_never_hold_more_than_the_l2_cap_and_a_page(tm
         origin.stop()
     assert pages > 200  # the cap was reached and held while both workers kept filling
     assert largest <= cap + page_on_disk, largest
+
+
+def test_proxy_limits_one_clients_requests_to_the_origin_when_asked(tmp_path: Path) -> None:
+    async def slow(request: Request) -> Response:
+        await asyncio.sleep(1)
+        return HTMLResponse("<p>done</p>")
+
+    origin = ServerThread(Starlette(routes=[Route("/slow", slow)])).start()
+    proxy = _proxy(origin.url, tmp_path, origin_requests_per_client=2)
+    one = {**FIREFOX, "cookie": "session=1", "x-forwarded-for": "198.51.100.7"}
+    other = {**FIREFOX, "cookie": "session=2", "x-forwarded-for": "198.51.100.8"}
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            first = [pool.submit(httpx.get, f"{proxy.url}/slow", headers=one, timeout=10) for _ in range(3)]
+            time.sleep(0.3)
+            elsewhere = pool.submit(httpx.get, f"{proxy.url}/slow", headers=other, timeout=10)
+            statuses = sorted(future.result().status_code for future in first)
+            later = httpx.get(f"{proxy.url}/slow", headers=one, timeout=10)
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert statuses == [200, 200, 503]
+    assert elsewhere.result().status_code == 200 and later.status_code == 200

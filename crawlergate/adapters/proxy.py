@@ -91,6 +91,7 @@ class ReverseProxy:
         forward_host: "client" sends the client's Host to the origin, "origin" the origin's address.
         max_connections: people's connections to the origin at once; fills and HEAD requests have
             ``fill_max_connections`` of their own.
+        per_client: a client's requests to the origin at once (0: no limit); past it, 503.
         websocket_max_message_bytes: the largest WebSocket message relayed either way; a larger one closes with 1009.
     """
 
@@ -103,6 +104,7 @@ class ReverseProxy:
         send_timeout_s: float = 60.0,
         max_connections: int = 512,
         fill_max_connections: int = 128,
+        per_client: int = 0,
         trusted_proxies: tuple[str, ...] = (),
         public_url: str = "",
         forward_host: str = "client",
@@ -117,6 +119,8 @@ class ReverseProxy:
         self._public_base = public_url.rstrip("/").encode()
         self._client_host = forward_host == "client"
         self._trusted = TrustedProxies(trusted_proxies)
+        self._per_client = per_client
+        self._in_flight: dict[str, int] = {}
         # No httpx client, requests or responses: the client layer (cookies, auth, redirects, hooks) has
         # nothing to do in a proxy and cost ~0.3 ms a request. OriginTransport parses answers in C (httptools).
         self._transport = OriginTransport(max_connections=max_connections)
@@ -153,6 +157,26 @@ class ReverseProxy:
             return
         if scope["type"] != "http":
             return
+        if not self._per_client or FILL_EXTENSION in scope.get("extensions", {}):
+            await self._forward(scope, receive, send)
+            return
+        client = scope.get("client")
+        who = self._trusted.client(client[0] if client else None, scope["headers"]) or ""
+        if self._in_flight.get(who, 0) >= self._per_client:
+            # nginx's limit_conn: one client's requests to the origin at once are bounded, so it cannot take
+            # the pool from everyone else.
+            message = b"Too many requests from this client at once.\n"
+            await send_response(send, plain_response(503, message, outcome=None, retry_after=b"10"))
+            return
+        self._in_flight[who] = self._in_flight.get(who, 0) + 1
+        try:
+            await self._forward(scope, receive, send)
+        finally:
+            left = self._in_flight.pop(who) - 1
+            if left:
+                self._in_flight[who] = left
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
         query: bytes = scope.get("query_string", b"")
         hosts = [value for name, value in scope["headers"] if name == b"host"]
@@ -289,6 +313,7 @@ def create_app(settings: Settings) -> CrawlerGateMiddleware:
         send_timeout_s=settings.server.origin_send_timeout_seconds,
         max_connections=settings.server.origin_max_connections,
         fill_max_connections=settings.server.fill_max_connections,
+        per_client=settings.server.origin_requests_per_client,
         trusted_proxies=settings.server.trusted_proxies,
         public_url=settings.server.public_url,
         forward_host=settings.server.forward_host,
