@@ -149,15 +149,7 @@ def test_crawl_twice_second_pass_from_the_cache(site: Gated) -> None:
         f"{summary}\n{site.logs()}"
     )
     second = crawl(site.gate_url, skip=skip)
-    percent, missed = second.hit_ratio()
-    cacheable = sum(1 for page in second.pages if page.cacheable)
-    print(f"{site.name}: second pass {percent:.1f} % of {cacheable} cacheable pages from the cache ({_kinds(second)})")
-    assert len(second.html_pages()) >= MIN_PAGES, f"{site.name}: second pass {len(second.html_pages())} pages"
-    assert percent >= MIN_HIT_PERCENT, (
-        f"{site.name}: second pass {percent:.1f} % of {cacheable} cacheable pages answered l1-hit/l2-hit "
-        f"(need {MIN_HIT_PERCENT} %); not from the cache:\n"
-        + "\n".join(f"  {page.status} [{page.outcome}] {page.url}" for page in missed[:20])
-    )
+    second.assert_from_the_cache(site.name, min_pages=MIN_PAGES, min_percent=MIN_HIT_PERCENT, kinds=_kinds(second))
 
 
 # --- people -------------------------------------------------------------------------------------------

@@ -359,17 +359,7 @@ def test_crawl_twice_second_pass_from_the_cache(site: Site) -> None:
     first = crawl(site.gate_url, skip=site.crawl_skip)
     assert len(first.html_pages()) >= MIN_PAGES, f"{site.name}: first pass\n{_crawl_summary(first)}\n{site.logs()}"
     second = crawl(site.gate_url, skip=site.crawl_skip)
-    percent, missed = second.hit_ratio()
-    cacheable = sum(1 for page in second.pages if page.cacheable)
-    print(f"{site.name}: second pass {percent:.1f} % of {cacheable} cacheable pages from the cache ({_kinds(second)})")
-    for page in missed:
-        print(f"  not from the cache: {page.status} [{page.outcome}] {page.url}")
-    assert len(second.html_pages()) >= MIN_PAGES, f"{site.name}: second pass\n{_crawl_summary(second)}"
-    assert percent >= MIN_HIT_PERCENT, (
-        f"{site.name}: second pass {percent:.1f} % of {cacheable} cacheable pages answered l1-hit/l2-hit "
-        f"(need {MIN_HIT_PERCENT} %); not from the cache:\n"
-        + "\n".join(f"  {page.status} [{page.outcome}] {page.url}" for page in missed[:20])
-    )
+    second.assert_from_the_cache(site.name, min_pages=MIN_PAGES, min_percent=MIN_HIT_PERCENT, kinds=_kinds(second))
 
     # What the cache serves is the guest page of the live site, apart from tokens and times.
     hits = [page for page in second.pages if page.cacheable and page.outcome in HITS]

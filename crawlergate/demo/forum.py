@@ -12,6 +12,7 @@ not a sleep. URLs look like the vBulletin forum of the paper: ``/showthread.php?
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import hashlib
 import hmac
@@ -62,6 +63,10 @@ class Forum:
         self._rounds = int(work_ms * (rounds_per_ms if rounds_per_ms is not None else calibrate_work_units()))
         self._secret = secret
         self._local = threading.local()
+        # WAL once, before any request: threads switching the mode at their first query race for the exclusive
+        # lock the switch needs, and SQLite refuses the loser at once, busy timeout or not.
+        with contextlib.closing(sqlite3.connect(db_path, timeout=10)) as setup:
+            setup.execute("PRAGMA journal_mode=WAL")
         self.app = Starlette(
             routes=[
                 Route("/", self._page(self.front)),
@@ -82,7 +87,6 @@ class Forum:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
             connection = sqlite3.connect(self.db_path, timeout=10)
-            connection.execute("PRAGMA journal_mode=WAL")
             self._local.connection = connection
         return connection
 

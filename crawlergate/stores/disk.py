@@ -238,8 +238,17 @@ class DiskStore:
                 fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _evict_past_cap(self, total: list[int], keep: str = "") -> None:
-        """Under the shared lock: delete the least recently served pages this process knows while past the cap."""
-        while total[0] > self.max_bytes:
+        self._evict_down_to(total, self.max_bytes, keep)
+
+    def _free(self, wanted_bytes: int) -> None:
+        """Delete the least recently served pages until ``wanted_bytes`` are freed (a full disk)."""
+        with self._counted() as total:
+            self._evict_down_to(total, max(0, total[0] - wanted_bytes))
+
+    def _evict_down_to(self, total: list[int], goal: int, keep: str = "") -> None:
+        """Under the shared lock: delete the least recently served pages this process knows (but ``keep``) until
+        the total is at most ``goal``."""
+        while total[0] > goal:
             with self._lock:
                 victim = next((key for key in self._recency if key != keep), None)
                 if victim is None:
@@ -251,22 +260,6 @@ class DiskStore:
                 path.unlink()
                 total[0] -= size
                 self.on_evict()
-
-    def _free(self, wanted_bytes: int) -> None:
-        """Delete the least recently served pages until ``wanted_bytes`` are freed (a full disk)."""
-        with self._counted() as total:
-            goal = max(0, total[0] - wanted_bytes)
-            while total[0] > goal:
-                with self._lock:
-                    if not self._recency:
-                        return
-                    key, _ = self._recency.popitem(last=False)
-                path = self.path_for(key)
-                size = _size_of(path)
-                with contextlib.suppress(OSError):
-                    path.unlink()
-                    total[0] -= size
-                    self.on_evict()
 
 
 def _on_disk(size: int) -> int:

@@ -115,6 +115,20 @@ class Crawl:
             return 0.0, missed
         return 100.0 * (len(cacheable) - len(missed)) / len(cacheable), missed
 
+    def assert_from_the_cache(self, name: str, *, min_pages: int, min_percent: float, kinds: str = "") -> None:
+        """A second pass: at least ``min_pages`` HTML pages, ``min_percent`` of the cacheable ones from the cache."""
+        percent, missed = self.hit_ratio()
+        cacheable = sum(1 for page in self.pages if page.cacheable)
+        print(f"{name}: second pass {percent:.1f} % of {cacheable} cacheable pages from the cache ({kinds})")
+        for page in missed:
+            print(f"  not from the cache: {page.status} [{page.outcome}] {page.url}")
+        assert len(self.html_pages()) >= min_pages, f"{name}: second pass {len(self.html_pages())} HTML pages"
+        assert percent >= min_percent, (
+            f"{name}: second pass {percent:.1f} % of {cacheable} cacheable pages answered l1-hit/l2-hit "
+            f"(need {min_percent} %); not from the cache:\n"
+            + "\n".join(f"  {page.status} [{page.outcome}] {page.url}" for page in missed[:20])
+        )
+
 
 def crawl(
     base_url: str,
