@@ -334,9 +334,11 @@ def test_proxy_clients_that_leave_free_their_origin_connections_at_once(tmp_path
     """520 requests for a page the origin answers in 40 s, each client gone right after sending: the pool
     (512 connections) is free again at once, and a person's fast page is answered."""
 
+    arrived: list[int] = []
     left: list[int] = []
 
     async def slow(request: Request) -> Response:
+        arrived.append(1)
         for _ in range(400):  # 40 s, unless the gate hangs up
             if await request.is_disconnected():
                 left.append(1)
@@ -364,7 +366,8 @@ def test_proxy_clients_that_leave_free_their_origin_connections_at_once(tmp_path
         origin.stop()
     assert person.status_code == 200 and person.text == "<p>fast</p>"
     assert waited_s < 1.0
-    assert len(left) >= 500  # the gate hung up on the origin for the clients that left
+    # The gate hung up on the origin for every client that left (or never sent it the request at all).
+    assert len(arrived) - len(left) <= 5, (len(arrived), len(left))
 
 
 def test_proxy_three_slow_person_requests_leave_crawler_misses_answered(tmp_path: Path) -> None:
