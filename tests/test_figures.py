@@ -157,7 +157,7 @@ def test_access_log_rotates_by_size_and_follows_a_moved_file(tmp_path: Path) -> 
 
 
 def test_serve_access_log_stays_under_its_size_in_a_burst(forum: ServerThread, tmp_path: Path) -> None:
-    """A crawler burst for 15 s at full speed: the file never passes log.access_max_bytes (one worker: the
+    """A crawler burst for 60 s at full speed: the file never passes log.access_max_bytes (one worker: the
     file is rotated before a batch would cross it), the backups are kept, no more."""
     limit = 60_000
     config = f"[log]\naccess_max_bytes = {limit}\naccess_backups = 2\n"
@@ -168,7 +168,7 @@ def test_serve_access_log_stays_under_its_size_in_a_burst(forum: ServerThread, t
 
         def burst() -> None:
             with httpx.Client(base_url=gate, headers={"user-agent": GOOGLEBOT}) as client:
-                for number in range(100_000):  # bounded: 15 s at most
+                for number in range(1_000_000):  # bounded: stopped after 60 s
                     if stop.is_set():
                         return
                     client.get(f"/showthread.php?t={number % 20 + 1}")
@@ -176,7 +176,7 @@ def test_serve_access_log_stays_under_its_size_in_a_burst(forum: ServerThread, t
         workers = [threading.Thread(target=burst) for _ in range(4)]
         for worker in workers:
             worker.start()
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             largest = max(largest, log.stat().st_size if log.exists() else 0)
             time.sleep(0.1)
