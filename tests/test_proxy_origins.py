@@ -489,3 +489,68 @@ def test_proxy_limits_one_clients_requests_to_the_origin_when_asked(tmp_path: Pa
         origin.stop()
     assert statuses == [200, 200, 503]
     assert elsewhere.result().status_code == 200 and later.status_code == 200
+
+
+def test_proxy_interim_answers_are_skipped_never_taken_for_the_next_requests(tmp_path: Path) -> None:
+    """An origin's 103 Early Hints (or a 100 Continue) comes before the final answer on the same connection:
+    taken as the answer, the final one was read as the next person's answer."""
+
+    def answer(method: bytes, path: bytes) -> tuple[bytes, bool | str]:
+        if path.startswith(b"/hinted"):
+            body = b"<p>private answer of " + path + b"</p>"
+            hints = b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+            final = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            return b"HTTP/1.1 100 Continue\r\n\r\n" + hints + final, False
+        body = b"<p>page of " + path + b"</p>"
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body), False
+
+    origin = RawHttpServer(answer).start()
+    proxy = _proxy(origin.url, tmp_path)
+    try:
+        with httpx.Client(base_url=proxy.url) as alice, httpx.Client(base_url=proxy.url) as bob:
+            alices = alice.get("/hinted-alice", headers={**FIREFOX, "cookie": "session=alice"})
+            bobs = bob.get("/bobs-page", headers={**FIREFOX, "cookie": "session=bob"})
+            crawler = [alice.get("/hinted-page", headers=GOOGLEBOT) for _ in range(2)]
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert (alices.status_code, alices.text) == (200, "<p>private answer of /hinted-alice</p>")
+    assert (bobs.status_code, bobs.text) == (200, "<p>page of /bobs-page</p>")
+    assert [answer.text for answer in crawler] == ["<p>private answer of /hinted-page</p>"] * 2
+    assert crawler[1].headers["x-crawlergate"] in HITS
+
+
+def test_proxy_a_close_delimited_fill_cut_by_shutdown_is_never_stored(tmp_path: Path) -> None:
+    """The gate closing its own connections (shutdown, cancel) is no end of a body that ends at the close."""
+    from crawlergate.adapters.origintransport import OriginAddress, OriginTransport
+
+    def answer(method: bytes, path: bytes) -> tuple[bytes, bool | str]:
+        time.sleep(0.5)  # the head and half a body, then the rest never (within the test)
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<p>half", False
+
+    origin = RawHttpServer(answer).start()
+
+    async def run() -> bytes | Exception:
+        transport = OriginTransport()
+        address = OriginAddress("http", "127.0.0.1", origin.port, b"127.0.0.1")
+        answer = await transport.exchange("GET", address, b"/", [], None, {"read": 5.0})
+        chunks: list[bytes] = []
+
+        async def read() -> None:
+            async for chunk in answer:
+                chunks.append(chunk)
+
+        reading = asyncio.ensure_future(read())
+        await asyncio.sleep(0.3)
+        await transport.aclose()
+        try:
+            await reading
+        except Exception as exc:  # the body was cut: what a fill needs to hear
+            return exc
+        return b"".join(chunks)
+
+    try:
+        result = asyncio.run(run())
+    finally:
+        origin.stop()
+    assert isinstance(result, httpx.RemoteProtocolError), result

@@ -76,6 +76,10 @@ class _Connection(asyncio.Protocol):
         self._keep_alive = True
         # The answer has neither Content-Length nor Transfer-Encoding: its body ends when the origin closes.
         self._until_close = False
+        # An interim (1xx) answer is being parsed: skipped, the final answer comes after it.
+        self._interim = False
+        # The gate closed the connection itself (cancelled, timed out, shutting down): a close that ends no body.
+        self._aborted = False
         # (scheme, host, port): the pool the connection belongs to.
         self.address = OriginAddress("", "", 0, b"")
 
@@ -89,7 +93,7 @@ class _Connection(asyncio.Protocol):
         self._writable.set()
         if self._done:
             return
-        if exc is None and self._until_close:
+        if exc is None and self._until_close and not self._aborted:
             # RFC 9112 6.3 rule 8: a clean close is how such an answer ends (HTTP/1.0 servers, PHP's built-in
             # server, http.server, CGI front-ends). A reset (exc) or a timeout still leaves it cut short.
             self._finish()
@@ -106,15 +110,13 @@ class _Connection(asyncio.Protocol):
         if self._parser is None or self._done:
             # Bytes after the end of an answer, or nobody asked: never read as an answer.
             self.reusable = False
-            if self.transport is not None:
-                self.transport.close()
+            self.abort()
             return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(httpx.RemoteProtocolError(f"the origin sent a malformed answer: {exc}"))
-            if self.transport is not None:
-                self.transport.close()
+            self.abort()
 
     # httptools callbacks
     def on_message_begin(self) -> None:
@@ -127,8 +129,14 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         assert self._parser is not None and self._head is not None
-        self._keep_alive = self._parser.should_keep_alive()
         status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            # An interim answer (100 Continue, 103 Early Hints): the final one follows on the same connection.
+            # Taken as the answer, the final one would be read as the next request's (another person's).
+            self._interim = True
+            self._headers = []
+            return
+        self._keep_alive = self._parser.should_keep_alive()
         self._until_close = not self._head_only and _delimited_by_close(status, self._headers)
         if not self._head.done():
             self._head.set_result((status, self._headers))
@@ -143,6 +151,9 @@ class _Connection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
         if not self._done:
             self._finish()
 
@@ -161,6 +172,7 @@ class _Connection(asyncio.Protocol):
         self._error = None
         self.reusable = False
         self._until_close = False
+        self._interim = False
         self._head_only = method == "HEAD"
         if body is None or isinstance(body, bytes):
             self.transport.write(head + body if body else head)
@@ -212,6 +224,12 @@ class _Connection(asyncio.Protocol):
                     await self._arrived.wait()
             except TimeoutError:
                 raise httpx.ReadTimeout("the origin stopped sending in time") from None
+
+    def abort(self) -> None:
+        """Close the connection from our side: an answer that ends at the close is then cut, never whole."""
+        self._aborted = True
+        if self.transport is not None:
+            self.transport.close()
 
     def take_whole_body(self) -> bytes | None:
         """The whole body, when all of it has already arrived and none of it was read; else None."""
@@ -359,8 +377,7 @@ class OriginTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         for connection in list(self._open):
-            if connection.transport is not None:
-                connection.transport.close()
+            connection.abort()
         self._open.clear()
         self._idle.clear()
 
@@ -445,8 +462,7 @@ class OriginTransport(httpx.AsyncBaseTransport):
 
     def _discard(self, connection: _Connection) -> None:
         self._open.discard(connection)
-        if connection.transport is not None:
-            connection.transport.close()
+        connection.abort()
 
 
 def _delimited_by_close(status: int, headers: list[tuple[bytes, bytes]]) -> bool:

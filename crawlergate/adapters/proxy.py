@@ -42,10 +42,12 @@ from crawlergate.gate.origin import FILL_EXTENSION, PublicSite
 
 logger = logging.getLogger(__name__)
 
-# RFC 9110 7.6.1, plus the de-facto ones (keep-alive, proxy-connection) nginx also drops.
+# RFC 9110 7.6.1, plus the de-facto ones (keep-alive, proxy-connection) nginx also drops, and Expect: the
+# server in front answers a client's 100-continue itself, and the body goes on whole (as nginx does).
 HOP_BY_HOP = frozenset(
     {
         b"connection",
+        b"expect",
         b"keep-alive",
         b"proxy-authenticate",
         b"proxy-authorization",
