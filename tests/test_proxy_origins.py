@@ -554,3 +554,70 @@ def test_proxy_a_close_delimited_fill_cut_by_shutdown_is_never_stored(tmp_path: 
     finally:
         origin.stop()
     assert isinstance(result, httpx.RemoteProtocolError), result
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_proxy_uploads_whose_clients_leave_free_their_origin_connections(tmp_path: Path, framing: str) -> None:
+    """A POST sent whole, then the client hangs up before the origin answers: its connection is freed."""
+
+    async def slow(request: Request) -> Response:
+        await request.body()
+        for _ in range(100):  # 10 s, unless the gate hangs up
+            if await request.is_disconnected():
+                break
+            await asyncio.sleep(0.1)
+        return HTMLResponse("<p>late</p>")
+
+    async def fast(request: Request) -> Response:
+        return HTMLResponse("<p>fast</p>")
+
+    app = Starlette(routes=[Route("/slow", slow, methods=["POST"]), Route("/fast", fast)])
+    origin = ServerThread(app).start()
+    proxy = _proxy(origin.url, tmp_path, origin_max_connections=5)
+    browser = "".join(f"{name}: {value}\r\n" for name, value in FIREFOX.items()).encode()
+    head = b"POST /slow HTTP/1.1\r\nHost: site.example\r\nCookie: session=1\r\n" + browser
+    upload = (
+        head + b"Content-Length: 5\r\n\r\nhello"
+        if framing == "length"
+        else head + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    )
+    try:
+        for _ in range(8):
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as raw:
+                raw.sendall(upload)
+                time.sleep(0.05)  # the body reaches the origin before the client leaves
+        time.sleep(0.5)
+        started = time.monotonic()
+        person = httpx.get(f"{proxy.url}/fast", headers={**FIREFOX, "cookie": "session=2"}, timeout=10)
+        waited_s = time.monotonic() - started
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert person.status_code == 200 and waited_s < 1.0
+
+
+def test_proxy_the_gates_own_504s_never_trip_the_valve(tmp_path: Path) -> None:
+    """People's requests that wait for a full pool and get the gate's 504 say nothing of the site's speed."""
+
+    async def page(request: Request) -> Response:
+        if request.url.path == "/slow":
+            await asyncio.sleep(4)
+        return HTMLResponse(f"<p>{request.url.path}</p>")
+
+    origin = ServerThread(Starlette(routes=[Route("/{name}", page)])).start()
+    proxy = _proxy(origin.url, tmp_path, origin_max_connections=2, origin_connect_timeout_seconds=1.0)
+    person = {**FIREFOX, "cookie": "session=1"}
+    try:
+        for name in ("a", "b", "c", "d", "a", "b", "c", "d"):
+            httpx.get(f"{proxy.url}/{name}", headers=person)
+        with ThreadPoolExecutor(max_workers=5) as pool:
+            held = [pool.submit(httpx.get, f"{proxy.url}/slow", headers=person, timeout=10) for _ in range(2)]
+            time.sleep(0.3)
+            refused = list(pool.map(lambda name: httpx.get(f"{proxy.url}/{name}", headers=person), ("a", "b", "c")))
+            crawler = [httpx.get(f"{proxy.url}/fresh{n}", headers=GOOGLEBOT) for n in range(4)]
+            assert [future.result().status_code for future in held] == [200, 200]
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert [answer.status_code for answer in refused] == [504] * 3
+    assert [answer.status_code for answer in crawler] == [200] * 4

@@ -293,7 +293,7 @@ class CrawlerGateMiddleware:
                 if client is not None and any(name.lower() == b"set-cookie" for name, _ in headers):
                     self.core.judge.cookie_offered(client)
                 message["headers"] = [*headers, (b"x-crawlergate", b"pass")]
-                if decision.key is not None:  # a page: the site's speed (static files would flatter it)
+                if decision.key is not None and status < 500:  # a page's speed (not a static file's, nor an error's)
                     valve.sample((time.perf_counter() - started) * 1000, decision.key.digest)
             elif message["type"] == "http.response.body":
                 if ttfb_ms < 0:

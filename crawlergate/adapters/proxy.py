@@ -191,13 +191,15 @@ class ReverseProxy:
         if self._client_host and hosts:
             headers.append((b"host", hosts[0]))
         method: str = scope["method"]
-        body = _request_body(receive) if _has_body(scope) else None
+        # A body's end, after which the client's leaving is watched for (until then the body's stream sees it).
+        body_sent = asyncio.Event() if _has_body(scope) else None
+        body = _request_body(receive, body_sent) if body_sent is not None else None
         fill = FILL_EXTENSION in scope.get("extensions", {})
         transport = self._single_use if fill or method == "HEAD" else self._transport
         try:
             exchange = transport.exchange(method, self._address, target, headers, body, self._timeouts)
-            # A fill has no client to leave; a request with a body sees its client leave in the body's stream.
-            answer = await (exchange if fill or body is not None else _unless_client_leaves(exchange, receive))
+            # A fill has no client to leave.
+            answer = await (exchange if fill else _unless_client_leaves(exchange, receive, body_sent))
         except _ClientLeft:
             return  # the origin's connection was closed mid-body: nobody is left to answer
         except httpx.TimeoutException as exc:
@@ -348,9 +350,13 @@ def _log_to_stderr() -> None:
         gate_logger.propagate = False
 
 
-async def _unless_client_leaves(exchange: Coroutine[Any, Any, OriginAnswer], receive: Receive) -> OriginAnswer:
+async def _unless_client_leaves(
+    exchange: Coroutine[Any, Any, OriginAnswer], receive: Receive, body_sent: asyncio.Event | None
+) -> OriginAnswer:
     """The origin's answer, unless the client leaves first: then the request is cancelled and its connection
     (or its place in the pool's queue) freed at once, not when the origin answers a client who is gone.
+    With a request body, the client is watched once the body is sent (``body_sent``): the body's stream reads
+    the client until then.
 
     One watcher task, which cancels this one when the client leaves (a task for the exchange too, and
     ``asyncio.wait``, cost a person's request twice as much).
@@ -361,6 +367,8 @@ async def _unless_client_leaves(exchange: Coroutine[Any, Any, OriginAnswer], rec
 
     async def watch() -> None:
         nonlocal left
+        if body_sent is not None:
+            await body_sent.wait()
         await _disconnected(receive)
         left = True
         current.cancel()
@@ -415,7 +423,7 @@ class _ClientLeft(Exception):
     """Raised when a client leaves before its request body ended, likely a cut or malformed upload."""
 
 
-async def _request_body(receive: Receive) -> AsyncIterator[bytes]:
+async def _request_body(receive: Receive, sent: asyncio.Event) -> AsyncIterator[bytes]:
     while True:
         message: Message = await receive()
         if message["type"] == "http.disconnect":
@@ -425,6 +433,7 @@ async def _request_body(receive: Receive) -> AsyncIterator[bytes]:
         if chunk:
             yield chunk
         if not message.get("more_body", False):
+            sent.set()
             return
 
 

@@ -252,7 +252,7 @@ class CrawlerGateWSGI:
                 location = next((value for name, value in headers if name.lower() == "location"), "")
             if client is not None and any(name.lower() == "set-cookie" for name, _ in headers):
                 self.core.judge.cookie_offered(client)
-            if decision.key is not None:  # a page: the site's speed (static files would flatter it)
+            if decision.key is not None and status_code < 500:  # a page's speed (not a static file's, nor an error's)
                 valve.sample((time.perf_counter() - started) * 1000, decision.key.digest)
             return start_response(status, [*headers, ("X-Crawlergate", "pass")], exc_info)
 
