@@ -17,6 +17,12 @@ from crawlergate.gate.forwarded import TrustedProxies
         pytest.param("127.0.0.1", b"127.0.0.1", "127.0.0.1", id="loopback-from-a-proxy-on-this-machine"),
         pytest.param("10.0.0.7", b"127.0.0.1", "10.0.0.7", id="loopback-from-a-proxy-elsewhere-is-a-forgery"),
         pytest.param("10.0.0.7", b"127.0.0.1, 10.0.0.2", "10.0.0.2", id="loopback-behind-two-remote-proxies"),
+        # One client is one address however a front writes it (a port, brackets, a zone): else a port per
+        # request would be a client per request, each with a fill budget of its own.
+        pytest.param("127.0.0.1", b"198.51.100.7:5123", "198.51.100.7", id="ipv4-with-port"),
+        pytest.param("127.0.0.1", b"[2001:db8::7]:443", "2001:db8::7", id="ipv6-bracketed-with-port"),
+        pytest.param("127.0.0.1", b"[2001:db8::7]", "2001:db8::7", id="ipv6-bracketed"),
+        pytest.param("127.0.0.1", b"fe80::1%eth3", "fe80::1", id="ipv6-zone"),
     ],
 )
 def test_forwarded_client(peer: str | None, forwarded: bytes, client: str | None) -> None:

@@ -151,6 +151,10 @@ def test_httpserver_upload_read_with_its_head_is_not_counted_as_head(paced_serve
         pytest.param(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", id="two-hosts"),
         pytest.param(b"GET / HTTP/1.1\r\n\r\n", id="http11-without-host"),
         pytest.param(b"GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", id="http10-two-hosts"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost:\r\n\r\n", id="empty-host"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", id="host-with-a-space"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: a@evil.example\r\n\r\n", id="host-with-userinfo"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", id="host-with-a-path"),
         pytest.param(
             b"POST / HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
             id="http10-chunked",
@@ -163,3 +167,10 @@ def test_httpserver_requests_rfc9112_forbids_are_refused_with_400(server: Server
     # What remains allowed: HTTP/1.0 without a Host, an ordinary request.
     assert _exchange(server, b"GET / HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 ")
     assert _exchange(server, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize(
+    "host", [b"forum.example.org", b"forum.example.org:8080", b"127.0.0.1:8080", b"[2001:db8::1]:443", b"[::1]"]
+)
+def test_httpserver_ordinary_hosts_are_taken(server: ServerThread, host: bytes) -> None:
+    assert _exchange(server, b"GET / HTTP/1.1\r\nHost: " + host + b"\r\n\r\n").startswith(b"HTTP/1.1 200 ")

@@ -14,11 +14,16 @@ forbids, or whose target is no path, are refused with 400 before the gate sees t
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from crawlergate.config import ServerSettings
+
+# A Host value: a registered name or an IPv4 address, or an IPv6 literal in brackets, with an optional port
+# (RFC 3986 3.2.2); nginx refuses the rest ("client sent invalid host header").
+_HOST = re.compile(rb"(?:[A-Za-z0-9\-._~%!$&'()*+,;=]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{0,5})?")
 
 
 class HeadLimits:
@@ -96,6 +101,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         # What the request's framing rules look at: its Host headers, and whether it names a transfer coding.
         self._hosts = 0
+        self._host = b""
         self._transfer_encoding = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -124,6 +130,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._reading_head = True
         self._header_count = 0
         self._hosts = 0
+        self._host = b""
         self._transfer_encoding = False
         if self._head_timer is None:
             self._start_head_timer()
@@ -134,6 +141,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             lowered = name.lower()
             if lowered == b"host":
                 self._hosts += 1
+                self._host = value
             elif lowered == b"transfer-encoding":
                 self._transfer_encoding = True
             super().on_header(name, value)
@@ -159,6 +167,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         version = self.parser.get_http_version()
         if self._hosts > 1 or (self._hosts == 0 and version == "1.1"):
             return b"An HTTP/1.1 request needs exactly one Host header (RFC 9112 3.2).\n"
+        if self._hosts and not _HOST.fullmatch(self._host):
+            return b"The Host header is no host name or address (RFC 9112 3.2).\n"
         if self._transfer_encoding and version != "1.1":
             return b"Transfer-Encoding is not HTTP/1.0 (RFC 9112 6.1).\n"
         return b""

@@ -71,11 +71,21 @@ class TrustedProxies:
         hops = [hop.strip().decode("latin-1") for hop in forwarded.split(b",") if hop.strip()]
         address = peer
         while hops and address in self:
-            hop = hops.pop()
+            hop = _plain_address(hops.pop())
             if len(hop) > _ADDRESS_CHARS or (is_loopback(hop) and not is_loopback(address)):
                 break  # no address is that long: a forgery, like loopback from afar
             address = hop
         return address
+
+
+def _plain_address(hop: str) -> str:
+    """An address as some fronts write it, plain: without a port ("203.0.113.7:5123", "[2001:db8::1]:443"),
+    brackets or an IPv6 zone ("fe80::1%eth0"), so one client is one address however it is written."""
+    if hop.startswith("["):
+        hop = hop[1:].partition("]")[0]
+    elif hop.count(":") == 1:
+        hop = hop.partition(":")[0]
+    return hop.partition("%")[0]
 
 
 @functools.lru_cache(maxsize=4096)

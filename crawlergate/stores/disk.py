@@ -23,6 +23,7 @@ import errno
 import fcntl
 import logging
 import os
+import random
 import threading
 import time
 from collections import OrderedDict
@@ -37,6 +38,8 @@ SUFFIX = ".page"
 _TEMP_PREFIX = ".tmp-"
 # The total size of the pages, shared by the processes that use the folder: 8 bytes, and its lock.
 _COUNT_FILE = ".size"
+# A temporary file older than this is a crashed write's: no write takes a minute.
+_TEMP_STALE_SECONDS = 60.0
 # What a file takes on disk: whole blocks of this size (ext4's and most file systems' default).
 BLOCK_BYTES = 4096
 # How often a process recounts the directory, which other processes write to too.
@@ -96,8 +99,9 @@ class DiskStore:
             for name in files:
                 path = os.path.join(folder, name)
                 if name.startswith(_TEMP_PREFIX):
-                    if moving:
-                        with contextlib.suppress(OSError):
+                    # A crash's leftovers; not a write another process (a worker beside this one) has under way.
+                    with contextlib.suppress(OSError):
+                        if moving and os.stat(path).st_mtime < time.time() - _TEMP_STALE_SECONDS:
                             os.unlink(path)
                 elif name.endswith(SUFFIX):
                     with contextlib.suppress(OSError):
@@ -245,21 +249,42 @@ class DiskStore:
         with self._counted() as total:
             self._evict_down_to(total, max(0, total[0] - wanted_bytes))
 
+    def _page_on_disk(self, keep: str) -> str | None:
+        """Some page in the folder other than ``keep`` (the shard folders from a random one on)."""
+        start = random.randrange(256)
+        for number in range(256):
+            shard = self.root / f"{(start + number) % 256:02x}"
+            with contextlib.suppress(OSError), os.scandir(shard) as entries:
+                for entry in entries:
+                    key = entry.name.removesuffix(SUFFIX)
+                    if entry.name.endswith(SUFFIX) and key != keep:
+                        return key
+        return None
+
     def _evict_down_to(self, total: list[int], goal: int, keep: str = "") -> None:
         """Under the shared lock: delete the least recently served pages this process knows (but ``keep``) until
         the total is at most ``goal``."""
         while total[0] > goal:
             with self._lock:
                 victim = next((key for key in self._recency if key != keep), None)
+                if victim is not None:
+                    self._recency.pop(victim)
+            from_disk = victim is None
+            if victim is None:
+                # Only pages other processes wrote since this one last looked: one of them, from the disk.
+                victim = self._page_on_disk(keep)
                 if victim is None:
-                    return  # only pages this process has not seen yet: its next rescan finds them
-                self._recency.pop(victim)
+                    return
             path = self.path_for(victim)
             size = _size_of(path)
-            with contextlib.suppress(OSError):
+            try:
                 path.unlink()
-                total[0] -= size
-                self.on_evict()
+            except OSError:
+                if from_disk:
+                    return  # a page that cannot be deleted would be picked again and again
+                continue
+            total[0] -= size
+            self.on_evict()
 
 
 def _on_disk(size: int) -> int:

@@ -187,7 +187,7 @@ def client_of(address: str) -> str:
 @functools.lru_cache(maxsize=4096)
 def _prefix(address: str, groups: int) -> str:
     try:
-        ip = ipaddress.ip_address(address)
+        ip = ipaddress.ip_address(address.partition("%")[0])  # an IPv6 zone ("%eth0") is no part of the network
     except ValueError:
         return address
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:

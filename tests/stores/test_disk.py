@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -43,10 +44,14 @@ def test_disk_store_start_indexes_existing_pages_and_drops_temp_files(tmp_path: 
     first.set(KEY_A, b"x" * 10)
     leftover = first.path_for(KEY_A).with_name(".tmp-crashed")
     leftover.write_bytes(b"half a page")
+    os.utime(leftover, (time.time() - 120, time.time() - 120))  # a crash's, two minutes ago
+    under_way = first.path_for(KEY_A).with_name(".tmp-another-worker")
+    under_way.write_bytes(b"being written")
     second = DiskStore(tmp_path, max_bytes=10_000)
     second.start()
     assert len(second) == 1 and second.used_bytes == 4096
     assert not leftover.exists()
+    assert under_way.exists()  # a worker starting beside another never takes its write away
 
 
 def test_disk_store_unusable_directory_fails_at_start(tmp_path: Path) -> None:
