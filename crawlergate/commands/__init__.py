@@ -1,0 +1,1 @@
+"""The ``crawlergate`` sub-commands, one module per family; ``crawlergate.cli`` holds the top parser."""
