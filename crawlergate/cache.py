@@ -49,7 +49,7 @@ Level = Literal["l1", "l2"]
 
 
 @dataclass(frozen=True, slots=True)
-class Found:
+class CacheHit:
     """A page found in the cache, the level it came from, and when a gate sharing the memcached L1 last marked
     it changed (None: no mark read)."""
 
@@ -78,7 +78,7 @@ class TwoLevelCache:
         # A page this process read from a remote L1 is trusted for this long without asking again.
         self.local_ttl_s = local_ttl_s
         self._monotonic = monotonic
-        self._decoded: OrderedDict[str, tuple[bytes, Found, float]] = OrderedDict()
+        self._decoded: OrderedDict[str, tuple[bytes, CacheHit, float]] = OrderedDict()
         self._decoded_bytes = 0
         self._next_store_warning = 0.0
         # Big L2 pages some request is still sending, by digest; they leave when the last sender lets go.
@@ -95,18 +95,18 @@ class TwoLevelCache:
         self.l1.close()
         self.l2.close()
 
-    def lookup(self, key: CacheKey, kind: str = "crawler") -> Found | None:
+    def lookup(self, key: CacheKey, kind: str = "crawler") -> CacheHit | None:
         """L1, then L2 (promoting an L2 hit into L1)."""
         return self.lookup_l1(key, kind) or self.lookup_l2(key, kind)
 
-    def lookup_l1(self, key: CacheKey, kind: str = "crawler") -> Found | None:
+    def lookup_l1(self, key: CacheKey, kind: str = "crawler") -> CacheHit | None:
         found = self._lookup_l1(key, kind)
         # A crawler's L1 hit on a page a human view prefetched: the prefetch was useful (counted once).
         if self._prefetched and found is not None and self._prefetched.pop(key.digest, 0) is None:
             self.metrics.count("prefetch_useful")
         return found
 
-    def _lookup_l1(self, key: CacheKey, kind: str) -> Found | None:
+    def _lookup_l1(self, key: CacheKey, kind: str) -> CacheHit | None:
         decoded = self._decoded.get(key.digest)
         now = self._monotonic()
         if decoded is not None and now - decoded[2] < self.local_ttl_s:
@@ -122,7 +122,7 @@ class TwoLevelCache:
             return None
         # The embedded store returns the very object it holds; memcached returns equal bytes.
         if decoded is not None and (decoded[0] is data or decoded[0] == data):
-            found = decoded[1] if decoded[1].marked_at == marked_at else Found(decoded[1].page, "l1", marked_at)
+            found = decoded[1] if decoded[1].marked_at == marked_at else CacheHit(decoded[1].page, "l1", marked_at)
             self._decoded[key.digest] = (data, found, now)
             try:  # noqa: SIM105 - as above
                 self._decoded.move_to_end(key.digest)
@@ -132,7 +132,7 @@ class TwoLevelCache:
         page = self._parse(self.l1, key, data, kind, verify=False)
         if page is None:
             return None
-        found = Found(page, "l1", marked_at)
+        found = CacheHit(page, "l1", marked_at)
         self._forget(key.digest)
         if 2 * len(data) <= DECODED_MAX_BYTES:
             self._decoded[key.digest] = (data, found, now)
@@ -151,7 +151,7 @@ class TwoLevelCache:
         if entry is not None:
             self._decoded_bytes -= 2 * len(entry[0])
 
-    def lookup_l2(self, key: CacheKey, kind: str = "crawler") -> Found | None:
+    def lookup_l2(self, key: CacheKey, kind: str = "crawler") -> CacheHit | None:
         """The L2 copy, promoted into L1 on the way.
 
         A page too big for L1 is read from disk for every request; while one request still holds it (a
@@ -159,7 +159,7 @@ class TwoLevelCache:
         """
         shared = self._l2_in_use.get(key.digest)
         if shared is not None:
-            return Found(shared, "l2")
+            return CacheHit(shared, "l2")
         data = self._get(self.l2, key, kind)
         if data is None:
             return None
@@ -169,7 +169,7 @@ class TwoLevelCache:
         self._put(self.l1, key, data, kind)
         if len(data) > SHARED_L2_PAGE_BYTES:
             self._l2_in_use[key.digest] = page
-        return Found(page, "l2")
+        return CacheHit(page, "l2")
 
     def stale_copy(self, key: CacheKey) -> Page | None:
         """The L2 copy whatever its age, for serving when the origin fails."""

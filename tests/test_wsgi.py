@@ -185,7 +185,7 @@ def test_wsgi_wordpress_comment_marks_the_post_under_its_permalink(tmp_path: Pat
         path, query = environ["PATH_INFO"], environ.get("QUERY_STRING", "")
         if environ["REQUEST_METHOD"] == "POST":
             environ["wsgi.input"].read()
-            start_response("302 Found", [("Location", "http://blog.example/2024/05/hello/#comment-9")])
+            start_response("302 CacheHit", [("Location", "http://blog.example/2024/05/hello/#comment-9")])
             return [b""]
         if path == "/" and query.startswith("p="):
             start_response("301 Moved Permanently", [("Location", "http://blog.example" + permalinks[query[2:]])])

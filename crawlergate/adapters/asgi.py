@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from crawlergate.cache import Found, TwoLevelCache
+from crawlergate.cache import CacheHit, TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
 from crawlergate.errors import OriginError
@@ -206,7 +206,7 @@ class CrawlerGateMiddleware:
         if self.core.note_demand(key, now):
             self._in_background(self.core.dirty.upkeep)
         step = self.core.serve_or_fill(key, found, now)
-        if isinstance(step, Found):
+        if isinstance(step, CacheHit):
             hit = b"%s-hit" % step.level.encode()
             served = await _answer(step.page, method, request, outcome=hit, now=now)
             await send_response(send, served)

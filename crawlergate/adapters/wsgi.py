@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from crawlergate.admin.endpoints import MAX_BODY_BYTES
-from crawlergate.cache import Found, TwoLevelCache
+from crawlergate.cache import CacheHit, TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
 from crawlergate.errors import OriginTimeout
@@ -189,7 +189,7 @@ class CrawlerGateWSGI:
         if variant is not None:  # the site serves each device its own page: this device's copy
             key, found = variant, self.cache.lookup(variant)
         step = self.core.serve_or_fill(key, found, now)
-        if isinstance(step, Found):
+        if isinstance(step, CacheHit):
             hit = b"%s-hit" % step.level.encode()
             served = page_response(step.page, method, decision.headers, outcome=hit, now=now)
             outcome = f"{step.level}-hit"

@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 
 from crawlergate.admin.dashboard import Dashboard
 from crawlergate.admin.endpoints import AdminEndpoints
-from crawlergate.cache import Found, TwoLevelCache
+from crawlergate.cache import CacheHit, TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
 from crawlergate.devices import DeviceClasses, variant_key, varies_by_user_agent
@@ -314,7 +314,7 @@ class GateCore:
             and self.cache.l2.contains(key.digest)
         )
 
-    def serve_or_fill(self, key: CacheKey, found: Found | None, now: float) -> Found | Fill:
+    def serve_or_fill(self, key: CacheKey, found: CacheHit | None, now: float) -> CacheHit | Fill:
         """A crawler's cached page to serve, or the instruction to fill its key (with the copy to fall back on).
 
         FRESH: neither marked changed nor past its lifetime: served. DIRTY: marked changed, or past its
