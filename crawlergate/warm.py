@@ -24,7 +24,7 @@ import httpx
 
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.errors import CrawlerGateError, OriginError
-from crawlergate.gate.engine import Unstored
+from crawlergate.gate.engine import NotStored
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
 from crawlergate.regenerate.budget import Pacing
@@ -101,7 +101,7 @@ async def warm(
     return summary
 
 
-def _count(summary: WarmSummary, result: Page | Unstored) -> None:
+def _count(summary: WarmSummary, result: Page | NotStored) -> None:
     if isinstance(result, Page):
         summary.stored += 1
         summary.bytes_stored += len(result.body_gz)

@@ -32,7 +32,7 @@ from crawlergate.gate.answer import (
     plain_response,
     send_response,
 )
-from crawlergate.gate.engine import Decision, RequestHeaders, Route, Unstored
+from crawlergate.gate.engine import Decision, NotStored, RequestHeaders, Route
 from crawlergate.gate.fill import Filler
 from crawlergate.gate.origin import AsgiOrigin, OriginResponse, PublicSite
 from crawlergate.gate.writes import FORM_BYTES, FORM_TYPES, form_fields
@@ -220,7 +220,7 @@ class CrawlerGateMiddleware:
             await send_response(send, spared[0])
             self._count(scope, decision.verdict, spared[1], started, spared[0], reasons=decision.reasons)
             return
-        result: Page | Unstored | None = None
+        result: Page | NotStored | None = None
         error: OriginError | None = None
         try:
             result = await self.filler.fill(key, functools.partial(self._fetch, key, scope))

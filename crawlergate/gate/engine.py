@@ -100,7 +100,7 @@ class RequestHeaders:
 
 
 @dataclass(frozen=True, slots=True)
-class Unstored:
+class NotStored:
     """A guest answer that was not stored, with the verdict that says why."""
 
     response: OriginResponse
@@ -369,7 +369,7 @@ class GateCore:
 
     def judge_fill(
         self, key: CacheKey, response: OriginResponse, previous: Page | None = None, generation_ms: float = 0.0
-    ) -> Page | Unstored:
+    ) -> Page | NotStored:
         """The Page to store for a guest answer, or the answer with every reason it is not stored (counted).
 
         ``generation_ms`` is how long the site took to answer: kept with the page for the origin time hits save.
@@ -386,7 +386,7 @@ class GateCore:
             return page
         for label in dict.fromkeys(label for label, _ in verdict.reasons):
             self.metrics.count_not_stored(label)
-        return Unstored(response, verdict)
+        return NotStored(response, verdict)
 
     def stats(self) -> dict[str, object]:
         data = self.metrics.snapshot()
@@ -538,7 +538,7 @@ class GateCore:
     def after_fill(
         self,
         key: CacheKey,
-        result: Page | Unstored | None,
+        result: Page | NotStored | None,
         error: OriginError | None,
         stale: Page | None,
         method: str,

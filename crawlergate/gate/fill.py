@@ -23,7 +23,7 @@ import anyio
 
 from crawlergate.errors import OriginError, OriginTimeout
 from crawlergate.gate.answer import INLINE_PAGE_BYTES
-from crawlergate.gate.engine import GateCore, Unstored
+from crawlergate.gate.engine import GateCore, NotStored
 from crawlergate.gate.origin import OriginResponse, PageTooLarge
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
@@ -36,7 +36,7 @@ FILL_THREADS = 8
 class FillResult:
     """How a fill ended: the stored Page, or the answer that was not stored, or the error that stopped it."""
 
-    result: Page | Unstored | None = None
+    result: Page | NotStored | None = None
     error: OriginError | None = None
 
 
@@ -58,7 +58,7 @@ class Filler:
         self.metrics = core.metrics
         self.valve = core.valve
         self.timeout_s = core.settings.cache.fill_timeout_seconds
-        self._async_fills: dict[str, asyncio.Future[Page | Unstored]] = {}
+        self._async_fills: dict[str, asyncio.Future[Page | NotStored]] = {}
         self._blocking_fills: dict[str, _Flight] = {}
         self._blocking_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="crawlergate-fill")
@@ -68,7 +68,7 @@ class Filler:
 
     async def fill(
         self, key: CacheKey, fetch: Callable[[], Awaitable[OriginResponse]], *, previous: Page | None = None
-    ) -> Page | Unstored:
+    ) -> Page | NotStored:
         """Fetch, judge and store ``key`` once for all concurrent callers; raises OriginError when the site failed.
 
         ``previous`` is the stored copy being replaced (regeneration): an unchanged page keeps its Last-Modified.
@@ -76,7 +76,7 @@ class Filler:
         pending = self._async_fills.get(key.digest)
         if pending is not None:
             return await asyncio.shield(pending)
-        future: asyncio.Future[Page | Unstored] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Page | NotStored] = asyncio.get_running_loop().create_future()
         self._async_fills[key.digest] = future
         try:
             result = await self._fetch_async(key, fetch, previous)
@@ -119,7 +119,7 @@ class Filler:
 
     async def _fetch_async(
         self, key: CacheKey, fetch: Callable[[], Awaitable[OriginResponse]], previous: Page | None
-    ) -> Page | Unstored:
+    ) -> Page | NotStored:
         fetched_at = self.core.clock()
         started = time.perf_counter()
         self.valve.entered()
@@ -140,7 +140,7 @@ class Filler:
             await anyio.to_thread.run_sync(self.core.store, key, judged, fetched_at)
         return self._counted(judged)
 
-    def _fetch_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> Page | Unstored:
+    def _fetch_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> Page | NotStored:
         fetched_at = self.core.clock()
         started = time.perf_counter()
         self.valve.entered()
@@ -171,7 +171,7 @@ class Filler:
         self.metrics.count("origin_errors")
         self.metrics.count_not_stored("origin-error")
 
-    def _counted(self, judged: Page | Unstored) -> Page | Unstored:
-        if isinstance(judged, Unstored) and (judged.has("origin-error") or judged.has("incomplete")):
+    def _counted(self, judged: Page | NotStored) -> Page | NotStored:
+        if isinstance(judged, NotStored) and (judged.has("origin-error") or judged.has("incomplete")):
             self.metrics.count("origin_errors")
         return judged
