@@ -132,7 +132,7 @@ class Decision:
 
 
 @dataclass(frozen=True, slots=True)
-class Fill:
+class NeedsFill:
     """The engine's answer to a crawler whose page is not fresh in the cache: fill its key now.
 
     ``stale`` is the stored copy, served when the fill fails ("stale beats down").
@@ -314,7 +314,7 @@ class GateCore:
             and self.cache.l2.contains(key.digest)
         )
 
-    def serve_or_fill(self, key: CacheKey, found: CacheHit | None, now: float) -> CacheHit | Fill:
+    def serve_or_fill(self, key: CacheKey, found: CacheHit | None, now: float) -> CacheHit | NeedsFill:
         """A crawler's cached page to serve, or the instruction to fill its key (with the copy to fall back on).
 
         FRESH: neither marked changed nor past its lifetime: served. DIRTY: marked changed, or past its
@@ -322,7 +322,7 @@ class GateCore:
         get the stored copy until the off-peak run regenerates it. Staler than that: filled now.
         """
         if found is None:
-            return Fill(None)
+            return NeedsFill(None)
         page = found.page
         marked = self.dirty.dirty_since(key.digest)
         shared = found.marked_at
@@ -334,7 +334,7 @@ class GateCore:
         stale_since = page.expires_at if marked is None else min(marked, page.expires_at)
         if now - stale_since <= self._max_stale_s:
             return found
-        return Fill(page)
+        return NeedsFill(page)
 
     def spare_site(
         self, decision: Decision, stale: Page | None, method: str, request: RequestHeaders
