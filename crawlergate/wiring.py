@@ -17,7 +17,7 @@ from crawlergate.classify import Classifier
 from crawlergate.config import Settings
 from crawlergate.devices import DEVICES_FILE, load_device_classes
 from crawlergate.gate.accesslog import AccessLog
-from crawlergate.gate.dirty import DirtyIndex
+from crawlergate.gate.dirty import PageCatalogue
 from crawlergate.gate.engine import GateCore
 from crawlergate.gate.fill import Filler
 from crawlergate.gate.origin import OriginResponse
@@ -82,7 +82,7 @@ def build_core(
         cache=cache,
         classifier=classifier,
         keys=KeyMaker.from_settings(settings, profiles),
-        dirty=DirtyIndex(settings.cache_dir / DIRTY_INDEX_FILE, clock=clock),
+        dirty=PageCatalogue(settings.cache_dir / DIRTY_INDEX_FILE, clock=clock),
         judge=Judge.from_settings(settings, cache.metrics, families),
         valve=OverloadValve(settings.valve),
         writes=WriteRules(rule for profile in profiles for rule in profile.writes),

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from crawlergate.gate.dirty import DirtyIndex
+from crawlergate.gate.dirty import PageCatalogue
 
 
 def main() -> int:
@@ -29,7 +29,7 @@ def main() -> int:
     targets = [f"/showthread.php?t={number}" for number in range(1, args.pages + 1)]
     digests = [hashlib.blake2b(target.encode(), digest_size=16).hexdigest() for target in targets]
     with tempfile.TemporaryDirectory() as folder:
-        index = DirtyIndex(Path(folder) / "dirty.sqlite3")
+        index = PageCatalogue(Path(folder) / "dirty.sqlite3")
         index.start()
         started = time.perf_counter()
         for digest, target in zip(digests, targets, strict=True):

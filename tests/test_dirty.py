@@ -25,7 +25,7 @@ from crawlergate.config import AdminSettings, CacheSettings, L2Settings, Setting
 from crawlergate.demo.forum import create_forum
 from crawlergate.demo.seed import seed_database
 from crawlergate.errors import ConfigError
-from crawlergate.gate.dirty import DirtyIndex
+from crawlergate.gate.dirty import PageCatalogue
 from tests.conftest import FIREFOX, ServerThread
 
 pytestmark = pytest.mark.anyio
@@ -59,14 +59,14 @@ class Forum:
 
 
 @pytest.fixture
-def index(tmp_path: Path) -> Iterator[DirtyIndex]:
-    dirty = DirtyIndex(tmp_path / "dirty.sqlite3", refresh_s=0)
+def index(tmp_path: Path) -> Iterator[PageCatalogue]:
+    dirty = PageCatalogue(tmp_path / "dirty.sqlite3", refresh_s=0)
     dirty.start()
     yield dirty
     dirty.close()
 
 
-def test_dirty_marks_are_idempotent_and_patterns_read_queries_as_sets(index: DirtyIndex) -> None:
+def test_dirty_marks_are_idempotent_and_patterns_read_queries_as_sets(index: PageCatalogue) -> None:
     # Stored URLs have their parameters sorted, as the cache keys make them.
     stored = ("/showthread.php?t=1", "/showthread.php?t=12", "/showthread.php?page=2&t=12", "/showthreadXphp")
     for target in (*stored, "/index.php?action=history&title=Moon", "/index.php?title=Moon"):
@@ -90,7 +90,7 @@ def test_dirty_marks_are_idempotent_and_patterns_read_queries_as_sets(index: Dir
 
 def test_dirty_marks_survive_a_restart_and_reach_other_processes(tmp_path: Path) -> None:
     path = tmp_path / "dirty.sqlite3"
-    worker_a, worker_b = DirtyIndex(path, refresh_s=0), DirtyIndex(path, refresh_s=0)
+    worker_a, worker_b = PageCatalogue(path, refresh_s=0), PageCatalogue(path, refresh_s=0)
     worker_a.start()
     worker_b.start()
     worker_a.record_stored("d1", "/t/1")
@@ -105,7 +105,7 @@ def test_dirty_marks_survive_a_restart_and_reach_other_processes(tmp_path: Path)
     worker_b.mark(["d2"], "purge")
     worker_a.close()
     worker_b.close()
-    restarted = DirtyIndex(path)
+    restarted = PageCatalogue(path)
     restarted.start()
     assert restarted.dirty_since("d2") is not None and restarted.dirty_since("d1") is None
     restarted.close()
@@ -115,7 +115,7 @@ def test_dirty_index_in_an_unusable_folder_is_a_config_error(tmp_path: Path) -> 
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(ConfigError, match="not usable"):
-        DirtyIndex(blocker / "dirty.sqlite3").start()
+        PageCatalogue(blocker / "dirty.sqlite3").start()
 
 
 def _gate(forum: Forum, tmp_path: Path, clock: Clock, **cache: float) -> CrawlerGateMiddleware:
@@ -334,7 +334,7 @@ def test_dirty_damaged_index_is_moved_aside_and_the_gate_starts(tmp_path: Path) 
     gate.close()
 
 
-def test_dirty_a_mark_during_a_fill_survives_the_store(index: DirtyIndex) -> None:
+def test_dirty_a_mark_during_a_fill_survives_the_store(index: PageCatalogue) -> None:
     index.record_stored("d", "/t/1")
     fill_began = index.clock()
     index.mark(["d"], "purge")  # an edit's PURGE arrives while the page is being fetched
@@ -349,7 +349,7 @@ def test_dirty_a_busy_index_never_fails_a_fill_nor_waits_on_the_request_path(
 ) -> None:
     path = tmp_path / "dirty.sqlite3"
     monkeypatch.setattr(dirty_module, "WAIT_S", 0.2)
-    index = DirtyIndex(path, refresh_s=0)
+    index = PageCatalogue(path, refresh_s=0)
     index.start()
     index.record_stored("d", "/t/1")
     other = sqlite3.connect(path, isolation_level=None)
@@ -416,7 +416,7 @@ async def test_dirty_crawler_demand_is_counted_off_the_request_path_and_decays(t
     gate.core.close()
 
 
-def test_dirty_index_write_ahead_log_stays_bounded(index: DirtyIndex) -> None:
+def test_dirty_index_write_ahead_log_stays_bounded(index: PageCatalogue) -> None:
     from crawlergate.gate.dirty import WAL_MAX_BYTES
 
     largest = 0

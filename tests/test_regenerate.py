@@ -39,7 +39,7 @@ from crawlergate.demo.forum import create_forum
 from crawlergate.demo.run import free_port
 from crawlergate.demo.seed import seed_database
 from crawlergate.errors import ConfigError
-from crawlergate.gate.dirty import DirtyIndex
+from crawlergate.gate.dirty import PageCatalogue
 from crawlergate.page import Page
 from crawlergate.regenerate.regenerator import Selection
 from crawlergate.regenerate.schedule import Lease, Window, crontab_weekdays, quietest_hour
@@ -430,7 +430,7 @@ def test_a_pass_killed_half_way_loses_no_mark_and_leaves_no_half_page(tmp_path: 
     store = DiskStore(cache_dir, max_bytes=1 << 30)
     store.start()  # drops the temporary file a killed write may leave
     assert not [name for _, _, files in os.walk(cache_dir) for name in files if name.startswith(".tmp-")]
-    index = DirtyIndex(cache_dir / DIRTY_INDEX_FILE)
+    index = PageCatalogue(cache_dir / DIRTY_INDEX_FILE)
     index.start()
     dirty = set(index.dirty_digests())
     regenerated = 0
@@ -565,7 +565,7 @@ def test_stats_with_the_job_off_report_the_commands_passes(tmp_path: Path) -> No
 
 
 def test_a_page_another_process_stored_is_dropped_from_memory_even_when_marked_again(tmp_path: Path) -> None:
-    one, other = DirtyIndex(tmp_path / "dirty.sqlite3"), DirtyIndex(tmp_path / "dirty.sqlite3")
+    one, other = PageCatalogue(tmp_path / "dirty.sqlite3"), PageCatalogue(tmp_path / "dirty.sqlite3")
     one.start()
     other.start()
     replaced: list[str] = []

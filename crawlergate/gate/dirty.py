@@ -17,7 +17,7 @@ the marks in memory; ``upkeep``, run off the request path when ``upkeep_due`` sa
 ``refresh_s``), reads what other processes changed (SQLite's ``data_version`` says whether anything
 did; only rows changed since are read) and writes the crawler demand counted since the last time.
 
-    index = DirtyIndex(Path("/var/cache/crawlergate/dirty.sqlite3"))
+    index = PageCatalogue(Path("/var/cache/crawlergate/dirty.sqlite3"))
     index.record_stored(key.digest, key.target)
     index.mark(index.matching("/showthread.php?t=12&*"), "api")
 """
@@ -92,7 +92,7 @@ INSERT OR IGNORE INTO counter VALUES (0, 0);
 """
 
 
-class DirtyIndex:
+class PageCatalogue:
     """Marks of changed pages, shared by the processes that use one L2 directory.
 
     Parameters:
@@ -368,7 +368,7 @@ class DirtyIndex:
 
     def _db(self) -> sqlite3.Connection:
         if self._connection is None:
-            raise RuntimeError("DirtyIndex.start() was not called")
+            raise RuntimeError("PageCatalogue.start() was not called")
         return self._connection
 
     @contextlib.contextmanager

@@ -28,7 +28,7 @@ from crawlergate.config import Settings
 from crawlergate.devices import DeviceClasses, variant_key, varies_by_user_agent
 from crawlergate.errors import OriginError, OriginTimeout
 from crawlergate.gate.answer import Response, json_response, page_response, plain_response
-from crawlergate.gate.dirty import DirtyIndex, IndexUnavailable
+from crawlergate.gate.dirty import IndexUnavailable, PageCatalogue
 from crawlergate.gate.fillbudget import FillBudget
 from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.gate.origin import OriginResponse, PageTooLarge, PublicSite
@@ -164,7 +164,7 @@ class GateCore:
         cache: TwoLevelCache,
         classifier: Classifier,
         keys: KeyMaker,
-        dirty: DirtyIndex,
+        dirty: PageCatalogue,
         judge: Judge,
         valve: OverloadValve,
         writes: WriteRules | None = None,
