@@ -158,7 +158,7 @@ class CrawlerGateMiddleware:
             scope.get("scheme", "http"),
         )
         route = decision.route
-        if route is Route.CRAWLER:
+        if route is Route.CACHE:
             await self._serve_crawler(scope, receive, send, decision, started)
         elif route is Route.PASS:
             method: str = scope["method"]

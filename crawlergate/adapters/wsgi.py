@@ -157,7 +157,7 @@ class CrawlerGateWSGI:
             environ.get("REMOTE_ADDR"),
             environ.get("wsgi.url_scheme", "http"),
         )
-        if decision.route is Route.CRAWLER:
+        if decision.route is Route.CACHE:
             return self._serve_crawler(environ, start_response, decision, started)
         if decision.route is Route.PASS:
             return self._pass(environ, start_response, decision, started)

@@ -93,7 +93,8 @@ INSERT OR IGNORE INTO counter VALUES (0, 0);
 
 
 class PageCatalogue:
-    """Marks of changed pages, shared by the processes that use one L2 directory.
+    """The catalogue of stored pages (target, marks of change, crawler demand, last regeneration), shared by the
+    processes that use one L2 directory.
 
     Parameters:
         path: the SQLite file (created with its folder).

@@ -53,7 +53,7 @@ class Route(enum.Enum):
     TOO_LONG = "too-long"  # refused with 414
     PASS = "pass"  # to the site untouched
     PURGE = "purge"  # a site's HTTP PURGE: marks pages changed
-    CRAWLER = "crawler"  # a crawler's or suspect's cacheable GET/HEAD: answered from the cache
+    CACHE = "cache"  # a crawler's or suspect's cacheable GET/HEAD: answered from the cache
     DENY = "deny"  # refused with 403 by the policy table
 
 
@@ -294,7 +294,7 @@ class GateCore:
             return Decision(Route.PASS, verdict, key, request, judgement.reasons)
         # The address of a suspect whose misses are budgeted (FillBudget).
         client = client if verdict.kind == "suspect" and verdict.tag in self._budgeted_tags else None
-        return Decision(Route.CRAWLER, verdict, key, request, judgement.reasons, action is Action.CACHE_ONLY, client)
+        return Decision(Route.CACHE, verdict, key, request, judgement.reasons, action is Action.CACHE_ONLY, client)
 
     def is_admin_path(self, path: str) -> bool:
         return path == self._admin_prefix or path.startswith(self._admin_prefix + "/")
