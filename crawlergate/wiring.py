@@ -12,6 +12,8 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from crawlergate.admin.dashboard import Dashboard
+from crawlergate.admin.endpoints import AdminEndpoints
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
@@ -88,6 +90,23 @@ def build_core(
         writes=WriteRules(rule for profile in profiles for rule in profile.writes),
         devices=load_device_classes(rules_folder(settings.classify.rules_dir) / DEVICES_FILE),
         clock=clock,
+    )
+
+
+def build_admin(core: GateCore) -> AdminEndpoints:
+    """The admin endpoints and dashboard of a gate (its stats, metrics and invalidate), started and stopped with it."""
+    settings = core.settings
+    dashboard = Dashboard(core.metrics, prefix=settings.admin.prefix)
+    core.on_start.append(dashboard.start)
+    core.on_close.append(dashboard.stop)
+    return AdminEndpoints(
+        prefix=settings.admin.prefix,
+        token=settings.admin.token,
+        stats=core.stats,
+        prometheus=core.prometheus,
+        invalidate=core.invalidate,
+        trusted_proxies=settings.server.trusted_proxies,
+        dashboard=dashboard,
     )
 
 

@@ -58,3 +58,15 @@ def test_layout_the_schedule_is_the_only_apscheduler_import() -> None:
             if any(name.split(".")[0] == "apscheduler" for name in names):
                 importers.add(_module(path))
     assert importers == {"crawlergate.regenerate.schedule"}
+
+
+@pytest.mark.parametrize("path", _files("gate"), ids=lambda path: _module(path))
+def test_layout_the_live_gate_never_imports_the_admin_endpoints(path: Path) -> None:
+    admin = {name for name in _imports(path) if name.startswith("crawlergate.admin")}
+    assert not admin, f"{_module(path)} imports {sorted(admin)}: wiring.py builds the admin endpoints"
+
+
+def test_layout_answers_are_built_without_an_interfaces_types() -> None:
+    tree = ast.parse((PACKAGE / "gate" / "answer.py").read_text())
+    imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not {name for name in imported if name.split(".")[0] in ("starlette", "uvicorn")}

@@ -39,7 +39,7 @@ from crawlergate.gate.writes import FORM_BYTES, FORM_TYPES, form_fields
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
 from crawlergate.regenerate.schedule import Scheduler, start_async_scheduler
-from crawlergate.wiring import build_access_log, build_core, build_regeneration
+from crawlergate.wiring import build_access_log, build_admin, build_core, build_regeneration
 
 
 async def _answer(
@@ -88,7 +88,7 @@ class CrawlerGateMiddleware:
             devices=self.core.devices,
         )
         self.filler = Filler(self.core)
-        self.admin = self.core.admin
+        self.admin = build_admin(self.core)
         self._background: set[asyncio.Task[object]] = set()
         # The site as the last crawler's request named it: what a mounted gate without public_url regenerates as.
         self._arrived_at: PublicSite | None = None

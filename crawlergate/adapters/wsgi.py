@@ -34,7 +34,7 @@ from crawlergate.gate.writes import FORM_BYTES, FORM_TYPES, form_fields
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
 from crawlergate.regenerate.schedule import Scheduler, start_background_scheduler
-from crawlergate.wiring import build_access_log, build_core, build_regeneration
+from crawlergate.wiring import build_access_log, build_admin, build_core, build_regeneration
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
@@ -75,7 +75,7 @@ class CrawlerGateWSGI:
             max_bytes=settings.l2.page_max_bytes,
             devices=self.core.devices,
         )
-        self.admin = self.core.admin
+        self.admin = build_admin(self.core)
         self.filler = Filler(self.core)
         self._prefetcher = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="crawlergate-prefetch")
         self._pending: set[Future[object]] = set()

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from typing import Any, Protocol
-
-from starlette.types import Send
 
 from crawlergate.page import Page, parse_http_date
 
@@ -26,6 +25,8 @@ class ConditionalHeaders(Protocol):
 
 
 Response = tuple[int, list[tuple[bytes, bytes]], bytes]
+# An ASGI ``send``: the adapters' to give, so the live gate imports no interface's types.
+Send = Callable[[dict[str, Any]], Awaitable[None]]
 # Bodies larger than this are sent in pieces of this size (the size of a socket's write buffer).
 SEND_PIECE_BYTES = 64 * 1024
 # Pages up to this size are gzipped, hashed or decompressed on the event loop (tens of microseconds);

@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from crawlergate.admin.dashboard import Dashboard
-from crawlergate.admin.endpoints import AdminEndpoints
 from crawlergate.cache import CacheHit, TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier, Verdict
 from crawlergate.config import Settings
@@ -192,16 +190,9 @@ class GateCore:
         self.storage = StoragePolicy(settings.cache, self.keys)
         self.trusted = TrustedProxies(settings.server.trusted_proxies)
         self.clock = clock
-        self.dashboard = Dashboard(self.metrics, prefix=settings.admin.prefix)
-        self.admin = AdminEndpoints(
-            prefix=settings.admin.prefix,
-            token=settings.admin.token,
-            stats=self.stats,
-            prometheus=self.prometheus,
-            invalidate=self.invalidate,
-            trusted_proxies=settings.server.trusted_proxies,
-            dashboard=self.dashboard,
-        )
+        # What starts and stops with the gate besides its stores (the admin dashboard's sampler, wired in wiring.py).
+        self.on_start: list[Callable[[], object]] = []
+        self.on_close: list[Callable[[], object]] = []
         # The site fills ask for: the public address, else the origin's own (nginx's $proxy_host); None when
         # mounted without public_url, where each fill takes the address its request arrived at.
         public_url = settings.server.public_url or settings.server.origin
@@ -220,11 +211,13 @@ class GateCore:
                 self.cache.start()
                 self.dirty.on_replaced = self.cache.forget_local
                 self.dirty.start()
-                self.dashboard.start()
+                for start in self.on_start:
+                    start()
                 self._started = True
 
     def close(self) -> None:
-        self.dashboard.stop()
+        for close in self.on_close:
+            close()
         self.cache.close()
         if self._started:
             self.dirty.flush_demand()
