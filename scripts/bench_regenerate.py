@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import httpx
-from benchlib import FIREFOX, free_port, wait_for
+from benchlib import PERSON, free_port, wait_for
 
 PAPER_THREADS = 153_100
 
@@ -152,7 +152,7 @@ async def people(
             timings.append((time.perf_counter() - began) * 1000)
             await response.aread()
 
-    async with httpx.AsyncClient(base_url=gate_url, headers={"user-agent": FIREFOX}, timeout=30) as client:
+    async with httpx.AsyncClient(base_url=gate_url, headers=PERSON, timeout=30) as client:
         pending = []
         end = time.monotonic() + seconds
         while time.monotonic() < end:

@@ -9,7 +9,7 @@ import time
 
 from crawlergate.demo.run import free_port
 
-__all__ = ["BROWSER_NAVIGATION", "CHROME", "FIREFOX", "GOOGLEBOT", "free_port", "run_wrk", "wait_for"]
+__all__ = ["BROWSER_NAVIGATION", "CHROME", "FIREFOX", "GOOGLEBOT", "PERSON", "free_port", "run_wrk", "wait_for"]
 
 GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
@@ -21,6 +21,8 @@ BROWSER_NAVIGATION = (
     "Sec-Fetch-Mode: navigate",
     "Sec-Fetch-Dest: document",
 )
+# A person's page load as a header mapping (for httpx and http.client): the user agent and the navigation headers.
+PERSON = {"User-Agent": FIREFOX, **dict(line.split(": ", 1) for line in BROWSER_NAVIGATION)}
 
 
 def wait_for(port: int, timeout_s: float = 30) -> None:

@@ -18,8 +18,9 @@ import httpx
 import pytest
 import uvicorn
 
+from crawlergate.adapters.proxy import create_app
 from crawlergate.classify import Classifier
-from crawlergate.config import ClassifySettings, L2Settings, Settings
+from crawlergate.config import CacheSettings, ClassifySettings, L2Settings, ServerSettings, Settings
 from crawlergate.demo.run import free_port
 
 DATA = Path(__file__).parent / "data"
@@ -37,6 +38,8 @@ FIREFOX = {
     "sec-fetch-site": "none",
     "sec-fetch-user": "?1",
 }
+# The same as header lines, for requests written on a raw socket.
+FIREFOX_LINES = "".join(f"{name}: {value}\r\n" for name, value in FIREFOX.items()).encode()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -177,6 +180,16 @@ class ServerThread:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=20)
+
+
+def proxy_thread(origin: str, tmp_path: Path, *, cache: CacheSettings | None = None, **server: object) -> ServerThread:
+    """``create_app`` (the standalone proxy) in front of ``origin`` on uvicorn, its L2 under ``tmp_path``."""
+    settings = Settings(
+        server=ServerSettings(origin=origin, **server),  # type: ignore[arg-type]
+        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
+        cache=cache or CacheSettings(max_stale_seconds=0),
+    )
+    return ServerThread(create_app(settings)).start()
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -144,3 +145,39 @@ def test_origintransport_body_ended_by_a_clean_close_is_whole_and_never_reused()
             asyncio.run(run("/reset"))
     finally:
         origin.stop()
+
+
+def test_origintransport_our_own_close_never_ends_a_body_that_ends_at_the_close() -> None:
+    """The gate closing its own connections (shutdown, a cancel) is no end of such a body: a fill under way at
+    shutdown would store half a page."""
+
+    def answer(method: bytes, path: bytes) -> tuple[bytes, bool | str]:
+        time.sleep(0.5)  # the head and half a body, then the rest never (within the test)
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<p>half", False
+
+    origin = RawHttpServer(answer).start()
+
+    async def run() -> bytes | Exception:
+        transport = OriginTransport()
+        address = OriginAddress("http", "127.0.0.1", origin.port, b"127.0.0.1")
+        answer = await transport.exchange("GET", address, b"/", [], None, {"read": 5.0})
+        chunks: list[bytes] = []
+
+        async def read() -> None:
+            async for chunk in answer:
+                chunks.append(chunk)
+
+        reading = asyncio.ensure_future(read())
+        await asyncio.sleep(0.3)
+        await transport.aclose()
+        try:
+            await reading
+        except Exception as exc:  # the body was cut: what a fill needs to hear
+            return exc
+        return b"".join(chunks)
+
+    try:
+        result = asyncio.run(run())
+    finally:
+        origin.stop()
+    assert isinstance(result, httpx.RemoteProtocolError), result

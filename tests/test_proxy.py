@@ -23,7 +23,7 @@ from starlette.routing import Route
 from crawlergate.adapters.proxy import create_app
 from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
 from crawlergate.demo.forum import create_forum
-from tests.conftest import FIREFOX, RawHttpServer, ServerThread, free_port, serve_process
+from tests.conftest import FIREFOX, FIREFOX_LINES, RawHttpServer, ServerThread, free_port, proxy_thread, serve_process
 
 pytestmark = pytest.mark.e2e
 
@@ -71,12 +71,7 @@ def echo() -> Iterator[ServerThread]:
 
 
 def _proxy(origin: str, tmp_path: Path, **server: object) -> ServerThread:
-    settings = Settings(
-        server=ServerSettings(origin=origin, **server),  # type: ignore[arg-type]
-        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
-        cache=CacheSettings(ttl_seconds=0.5, max_stale_seconds=0),
-    )
-    return ServerThread(create_app(settings)).start()
+    return proxy_thread(origin, tmp_path, cache=CacheSettings(ttl_seconds=0.5, max_stale_seconds=0), **server)
 
 
 @pytest.fixture
@@ -471,12 +466,11 @@ def test_proxy_refuses_targets_and_hosts_an_origin_must_not_see(raw_origin: RawH
     proxy = _proxy(raw_origin.url, tmp_path)
     try:
         answers = []
-        # A person's browser (a client without its headers would be a suspect, answered from the cache).
-        browser = "".join(f"{name}: {value}\r\n" for name, value in FIREFOX.items()).encode()
+        # A person's browser headers (a client without its headers would be a suspect, answered from the cache).
         for request in (
-            b"GET * HTTP/1.1\r\nHost: a\r\n" + browser + b"\r\n",
-            b"OPTIONS * HTTP/1.1\r\nHost: a\r\n" + browser + b"\r\n",
-            b"GET /x HTTP/1.1\r\nHost: good.example\r\nHost: evil.example\r\n" + browser + b"\r\n",
+            b"GET * HTTP/1.1\r\nHost: a\r\n" + FIREFOX_LINES + b"\r\n",
+            b"OPTIONS * HTTP/1.1\r\nHost: a\r\n" + FIREFOX_LINES + b"\r\n",
+            b"GET /x HTTP/1.1\r\nHost: good.example\r\nHost: evil.example\r\n" + FIREFOX_LINES + b"\r\n",
         ):
             with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as raw:
                 raw.sendall(request)

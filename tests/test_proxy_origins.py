@@ -26,8 +26,8 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from crawlergate.adapters.proxy import create_app
-from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
-from tests.conftest import FIREFOX, RawHttpServer, ServerThread, serve_process
+from crawlergate.config import L2Settings, ServerSettings, Settings
+from tests.conftest import FIREFOX, FIREFOX_LINES, RawHttpServer, ServerThread, proxy_thread, serve_process
 
 pytestmark = pytest.mark.e2e
 
@@ -52,15 +52,6 @@ def close_delimited(method: bytes, path: bytes) -> tuple[bytes, bool | str]:
     return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n" + (body if method != b"HEAD" else b""), True
 
 
-def _proxy(origin: str, tmp_path: Path, **server: object) -> ServerThread:
-    settings = Settings(
-        server=ServerSettings(origin=origin, **server),  # type: ignore[arg-type]
-        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
-        cache=CacheSettings(max_stale_seconds=0),
-    )
-    return ServerThread(create_app(settings)).start()
-
-
 @pytest.fixture
 def close_origin() -> Iterator[RawHttpServer]:
     origin = RawHttpServer(close_delimited).start()
@@ -72,7 +63,7 @@ def close_origin() -> Iterator[RawHttpServer]:
 def test_proxy_close_delimited_answers_are_stored_whole_and_passed_on_framed(
     close_origin: RawHttpServer, tmp_path: Path, path: str
 ) -> None:
-    proxy = _proxy(close_origin.url, tmp_path)
+    proxy = proxy_thread(close_origin.url, tmp_path)
     try:
         with httpx.Client(base_url=proxy.url, follow_redirects=False) as client:
             crawler = [client.get(path, headers=GOOGLEBOT) for _ in range(2)]
@@ -94,7 +85,7 @@ def test_proxy_close_delimited_answers_are_stored_whole_and_passed_on_framed(
 def test_proxy_close_delimited_answer_cut_by_a_reset_is_never_stored(
     close_origin: RawHttpServer, tmp_path: Path
 ) -> None:
-    proxy = _proxy(close_origin.url, tmp_path)
+    proxy = proxy_thread(close_origin.url, tmp_path)
     try:
         with httpx.Client(base_url=proxy.url) as client:
             crawler = [client.get("/reset", headers=GOOGLEBOT) for _ in range(2)]
@@ -125,7 +116,7 @@ def test_proxy_http_server_origin_pages_are_cached_for_crawlers(tmp_path: Path) 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Http10Handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     thread.start()
-    proxy = _proxy(f"http://127.0.0.1:{server.server_address[1]}", tmp_path)
+    proxy = proxy_thread(f"http://127.0.0.1:{server.server_address[1]}", tmp_path)
     try:
         with httpx.Client(base_url=proxy.url) as client:
             crawler = [client.get("/thread?t=1", headers=GOOGLEBOT) for _ in range(2)]
@@ -151,7 +142,7 @@ def _slow_site() -> Starlette:
 def test_proxy_people_wait_for_a_slow_page_while_a_fill_gives_up_at_its_deadline(tmp_path: Path) -> None:
     # The defaults, as a new user has them: a 45 s export for a person, the 30 s fill deadline for a crawler.
     origin = ServerThread(_slow_site()).start()
-    proxy = _proxy(origin.url, tmp_path)
+    proxy = proxy_thread(origin.url, tmp_path)
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
             started = time.monotonic()
@@ -169,7 +160,7 @@ def test_proxy_people_wait_for_a_slow_page_while_a_fill_gives_up_at_its_deadline
 
 def test_proxy_people_time_out_after_the_read_timeout_not_before(tmp_path: Path) -> None:
     origin = ServerThread(_slow_site()).start()
-    proxy = _proxy(origin.url, tmp_path, origin_read_timeout_seconds=1.0)
+    proxy = proxy_thread(origin.url, tmp_path, origin_read_timeout_seconds=1.0)
     try:
         waited = httpx.get(f"{proxy.url}/report?s=0.5", headers=FIREFOX)
         gave_up = httpx.get(f"{proxy.url}/report?s=3", headers=FIREFOX)
@@ -194,13 +185,12 @@ def test_proxy_cut_or_malformed_chunked_upload_never_reaches_the_origin_whole(tm
         return Response("stored")
 
     origin = ServerThread(Starlette(routes=[Route("/upload", upload, methods=["POST"])])).start()
-    proxy = _proxy(origin.url, tmp_path)
-    browser = "".join(f"{name}: {value}\r\n" for name, value in FIREFOX.items()).encode()
+    proxy = proxy_thread(origin.url, tmp_path)
     try:
         with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as raw:
             raw.sendall(
                 b"POST /upload HTTP/1.1\r\nHost: site.example\r\nCookie: session=1\r\nTransfer-Encoding: chunked\r\n"
-                + browser
+                + FIREFOX_LINES
                 + b"\r\n5\r\nhello\r\n"
                 + rest
             )
@@ -229,7 +219,7 @@ def test_proxy_page_over_the_size_limit_is_passed_to_crawlers_and_counted_too_bi
         return head + b"\r\n" + page, True
 
     origin = RawHttpServer(answer).start()
-    proxy = _proxy(origin.url, tmp_path)
+    proxy = proxy_thread(origin.url, tmp_path)
     try:
         answers = [httpx.get(f"{proxy.url}/big", headers=GOOGLEBOT, timeout=30) for _ in range(2)]
         stats = httpx.get(f"{proxy.url}/_crawlergate/stats").json()
@@ -250,7 +240,7 @@ def test_proxy_cached_answers_keep_the_origins_validator_refresh_and_ranges(tmp_
         return head + b"Content-Length: %d\r\n\r\n" % len(body) + body, False
 
     origin = RawHttpServer(answer).start()
-    proxy = _proxy(origin.url, tmp_path)
+    proxy = proxy_thread(origin.url, tmp_path)
     identity = {**GOOGLEBOT, "accept-encoding": "identity"}
     try:
         with httpx.Client(base_url=proxy.url) as client:
@@ -350,9 +340,8 @@ def test_proxy_clients_that_leave_free_their_origin_connections_at_once(tmp_path
         return HTMLResponse("<p>fast</p>")
 
     origin = ServerThread(Starlette(routes=[Route("/slow", slow), Route("/fast", fast)]), backlog=2048).start()
-    proxy = _proxy(origin.url, tmp_path)
-    browser = "".join(f"{name}: {value}\r\n" for name, value in FIREFOX.items()).encode()
-    request = b"GET /slow HTTP/1.1\r\nHost: site.example\r\nCookie: session=1\r\n" + browser + b"\r\n"
+    proxy = proxy_thread(origin.url, tmp_path)
+    request = b"GET /slow HTTP/1.1\r\nHost: site.example\r\nCookie: session=1\r\n" + FIREFOX_LINES + b"\r\n"
     try:
         for _ in range(520):
             with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as raw:
@@ -370,16 +359,22 @@ def test_proxy_clients_that_leave_free_their_origin_connections_at_once(tmp_path
     assert len(arrived) - len(left) <= 5, (len(arrived), len(left))
 
 
-def test_proxy_three_slow_person_requests_leave_crawler_misses_answered(tmp_path: Path) -> None:
-    """Anyone could make the valve refuse every crawler miss site-wide with three requests to a slow URL."""
+def _site_with_a_slow_page(seconds: float) -> Starlette:
+    """Pages answered at once, but /slow, which takes ``seconds``."""
 
     async def page(request: Request) -> Response:
         if request.url.path == "/slow":
-            await asyncio.sleep(3)
+            await asyncio.sleep(seconds)
         return HTMLResponse(f"<p>{request.url.path}</p>")
 
-    origin = ServerThread(Starlette(routes=[Route("/{name}", page)])).start()
-    proxy = _proxy(origin.url, tmp_path)
+    return Starlette(routes=[Route("/{name}", page)])
+
+
+def test_proxy_three_slow_person_requests_leave_crawler_misses_answered(tmp_path: Path) -> None:
+    """Anyone could make the valve refuse every crawler miss site-wide with three requests to a slow URL."""
+
+    origin = ServerThread(_site_with_a_slow_page(seconds=3)).start()
+    proxy = proxy_thread(origin.url, tmp_path)
     try:
         for name in ("a", "b", "c", "d", "a", "b", "c", "d"):  # the site's normal: fast pages
             httpx.get(f"{proxy.url}/{name}", headers=FIREFOX)
@@ -402,7 +397,7 @@ def test_proxy_fake_googlebot_busting_the_cache_is_held_to_its_fill_budget(tmp_p
         return HTMLResponse("<p>page</p>")
 
     origin = ServerThread(Starlette(routes=[Route("/thread", page)])).start()
-    proxy = _proxy(origin.url, tmp_path)
+    proxy = proxy_thread(origin.url, tmp_path)
     fake = {**GOOGLEBOT, "x-forwarded-for": "198.51.100.7"}  # through the trusted front (loopback)
     neighbour = {**GOOGLEBOT, "x-forwarded-for": "198.51.100.99"}  # same /24
     other = {**GOOGLEBOT, "x-forwarded-for": "203.0.113.5"}
@@ -477,7 +472,7 @@ def test_proxy_limits_one_clients_requests_to_the_origin_when_asked(tmp_path: Pa
         return HTMLResponse("<p>done</p>")
 
     origin = ServerThread(Starlette(routes=[Route("/slow", slow)])).start()
-    proxy = _proxy(origin.url, tmp_path, origin_requests_per_client=2)
+    proxy = proxy_thread(origin.url, tmp_path, origin_requests_per_client=2)
     one = {**FIREFOX, "cookie": "session=1", "x-forwarded-for": "198.51.100.7"}
     other = {**FIREFOX, "cookie": "session=2", "x-forwarded-for": "198.51.100.8"}
     try:
@@ -508,7 +503,7 @@ def test_proxy_interim_answers_are_skipped_never_taken_for_the_next_requests(tmp
         return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body), False
 
     origin = RawHttpServer(answer).start()
-    proxy = _proxy(origin.url, tmp_path)
+    proxy = proxy_thread(origin.url, tmp_path)
     try:
         with httpx.Client(base_url=proxy.url) as alice, httpx.Client(base_url=proxy.url) as bob:
             alices = alice.get("/hinted-alice", headers={**FIREFOX, "cookie": "session=alice"})
@@ -521,42 +516,6 @@ def test_proxy_interim_answers_are_skipped_never_taken_for_the_next_requests(tmp
     assert (bobs.status_code, bobs.text) == (200, "<p>page of /bobs-page</p>")
     assert [answer.text for answer in crawler] == ["<p>private answer of /hinted-page</p>"] * 2
     assert crawler[1].headers["x-crawlergate"] in HITS
-
-
-def test_proxy_a_close_delimited_fill_cut_by_shutdown_is_never_stored(tmp_path: Path) -> None:
-    """The gate closing its own connections (shutdown, cancel) is no end of a body that ends at the close."""
-    from crawlergate.adapters.origintransport import OriginAddress, OriginTransport
-
-    def answer(method: bytes, path: bytes) -> tuple[bytes, bool | str]:
-        time.sleep(0.5)  # the head and half a body, then the rest never (within the test)
-        return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<p>half", False
-
-    origin = RawHttpServer(answer).start()
-
-    async def run() -> bytes | Exception:
-        transport = OriginTransport()
-        address = OriginAddress("http", "127.0.0.1", origin.port, b"127.0.0.1")
-        answer = await transport.exchange("GET", address, b"/", [], None, {"read": 5.0})
-        chunks: list[bytes] = []
-
-        async def read() -> None:
-            async for chunk in answer:
-                chunks.append(chunk)
-
-        reading = asyncio.ensure_future(read())
-        await asyncio.sleep(0.3)
-        await transport.aclose()
-        try:
-            await reading
-        except Exception as exc:  # the body was cut: what a fill needs to hear
-            return exc
-        return b"".join(chunks)
-
-    try:
-        result = asyncio.run(run())
-    finally:
-        origin.stop()
-    assert isinstance(result, httpx.RemoteProtocolError), result
 
 
 @pytest.mark.parametrize("framing", ["length", "chunked"])
@@ -576,9 +535,8 @@ def test_proxy_uploads_whose_clients_leave_free_their_origin_connections(tmp_pat
 
     app = Starlette(routes=[Route("/slow", slow, methods=["POST"]), Route("/fast", fast)])
     origin = ServerThread(app).start()
-    proxy = _proxy(origin.url, tmp_path, origin_max_connections=5)
-    browser = "".join(f"{name}: {value}\r\n" for name, value in FIREFOX.items()).encode()
-    head = b"POST /slow HTTP/1.1\r\nHost: site.example\r\nCookie: session=1\r\n" + browser
+    proxy = proxy_thread(origin.url, tmp_path, origin_max_connections=5)
+    head = b"POST /slow HTTP/1.1\r\nHost: site.example\r\nCookie: session=1\r\n" + FIREFOX_LINES
     upload = (
         head + b"Content-Length: 5\r\n\r\nhello"
         if framing == "length"
@@ -602,13 +560,8 @@ def test_proxy_uploads_whose_clients_leave_free_their_origin_connections(tmp_pat
 def test_proxy_the_gates_own_504s_never_trip_the_valve(tmp_path: Path) -> None:
     """People's requests that wait for a full pool and get the gate's 504 say nothing of the site's speed."""
 
-    async def page(request: Request) -> Response:
-        if request.url.path == "/slow":
-            await asyncio.sleep(4)
-        return HTMLResponse(f"<p>{request.url.path}</p>")
-
-    origin = ServerThread(Starlette(routes=[Route("/{name}", page)])).start()
-    proxy = _proxy(origin.url, tmp_path, origin_max_connections=2, origin_connect_timeout_seconds=1.0)
+    origin = ServerThread(_site_with_a_slow_page(seconds=4)).start()
+    proxy = proxy_thread(origin.url, tmp_path, origin_max_connections=2, origin_connect_timeout_seconds=1.0)
     person = {**FIREFOX, "cookie": "session=1"}
     try:
         for name in ("a", "b", "c", "d", "a", "b", "c", "d"):

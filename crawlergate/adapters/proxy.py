@@ -390,8 +390,7 @@ async def _disconnected(receive: Receive) -> None:
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+    await _disconnected(receive)
     scope.cancel()
 
 
@@ -420,7 +419,7 @@ def _has_body(scope: Scope) -> bool:
 
 
 class _ClientLeft(Exception):
-    """Raised when a client leaves before its request body ended, likely a cut or malformed upload."""
+    """Raised when a client leaves before the origin answered it, or mid-body, likely a cut or malformed upload."""
 
 
 async def _request_body(receive: Receive, sent: asyncio.Event) -> AsyncIterator[bytes]:

@@ -332,14 +332,19 @@ class GateCore:
     def spare_site(
         self, decision: Decision, stale: Page | None, method: str, request: RequestHeaders
     ) -> tuple[Response, str] | None:
-        """Before a crawler's fill: the answer to give instead when the site must be spared (a cache-only policy, or
-        the overload valve), with its outcome; None: fill. A stored copy of any age is served before a 503."""
-        over_budget = decision.client is not None and not self.fill_budget.take(decision.client, time.monotonic())
-        if not decision.cache_only and not over_budget and not self.valve.shedding():
+        """Before a crawler's fill: the answer to give instead when the site must be spared (a cache-only policy, the
+        overload valve, a suspect's spent fill budget), with its outcome; None: fill. A stored copy of any age is
+        served before a 503."""
+        if decision.cache_only:
+            by = "cache-only"
+        elif self.valve.shedding():
+            by = "valve"
+        elif decision.client is not None and not self.fill_budget.take(decision.client, time.monotonic()):
+            by = "fill-budget"  # taken last: a token is spent only on a fill that would happen
+        else:
             return None
         if stale is not None:
             return page_response(stale, method, request, outcome=b"stale", now=self.clock()), "stale"
-        by = "cache-only" if decision.cache_only else "fill-budget" if over_budget else "valve"
         self.metrics.count(f"refused|{by}")
         message = b"The site is busy.\n" if by == "valve" else b"Not stored yet; please come back later.\n"
         return plain_response(503, message, outcome=b"miss", retry_after=self._retry_after), "refused"

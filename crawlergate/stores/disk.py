@@ -82,8 +82,7 @@ class DiskStore:
             probe = self.root / f"{_TEMP_PREFIX}probe-{os.getpid()}-{threading.get_ident()}"
             probe.write_bytes(b"")
             probe.unlink()
-            self._count_fd = os.open(self.root / _COUNT_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-            self._count_pid = os.getpid()
+            self._open_count()
         except OSError as exc:
             raise ConfigError(f"Cache directory '{self.root}' is not usable: {exc.strerror or exc}.") from None
         self._rescan(moving=True)
@@ -211,22 +210,24 @@ class DiskStore:
             if self._count_fd >= 0:
                 os.close(self._count_fd)
                 self._count_fd = -1
+                self._count_pid = 0
+
+    def _open_count(self) -> None:
+        if self._count_fd >= 0:
+            os.close(self._count_fd)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._count_fd = os.open(self.root / _COUNT_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        self._count_pid = os.getpid()
 
     @contextlib.contextmanager
     def _counted(self) -> Iterator[list[int]]:
         """The shared total, as a one-item list to change, held under the lock of every process of the folder."""
         with self._count_lock:
-            if self._count_pid != os.getpid() and self._count_fd >= 0:
-                # A forked child (a pre-forking server): flock would not tell it from its parent; its own file.
-                os.close(self._count_fd)
-                self._count_fd = os.open(self.root / _COUNT_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-                self._count_pid = os.getpid()
+            if self._count_pid != os.getpid():
+                # Opened here, not in __init__: a store written to before start(), or a forked child (a pre-forking
+                # server), whose inherited descriptor flock would not tell from its parent's.
+                self._open_count()
             fd = self._count_fd
-            if fd < 0:  # not started (a store used without start(), as in tests): this process's own count
-                total = [self.used_bytes]
-                yield total
-                self.used_bytes = total[0]
-                return
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 raw = os.pread(fd, 8, 0)
