@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from crawlergate.adapters.inapp import AsgiOrigin
 from crawlergate.adapters.proxy import ReverseProxy
 from crawlergate.config import Settings
 from crawlergate.errors import ConfigError, OriginError
-from crawlergate.gate.origin import AsgiOrigin, OriginResponse, PageTooLarge, PublicSite
+from crawlergate.gate.origin import OriginResponse, PageTooLarge, PublicSite
 from crawlergate.gate.storable import StoragePolicy
 from crawlergate.keys import KeyMaker
 

@@ -18,7 +18,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import quote, unquote, unquote_to_bytes
+from urllib.parse import quote, unquote, unquote_to_bytes, urlsplit
 
 from crawlergate.config import Settings
 from crawlergate.rules import CacheRules, SiteProfile, load_cache_rules, load_site_profiles, resolve_rule_files
@@ -117,6 +117,14 @@ class KeyMaker:
         if length > MEMO_MAX_CHARS:
             return self._key_for(raw_path, query_string)
         return self._memo(raw_path, query_string)
+
+    def key_for_url(self, url: str) -> CacheKey | None:
+        """The key of a path with its query (an absolute URL's host is ignored), as a request would have."""
+        if url.startswith(("http://", "https://")):
+            parts = urlsplit(url)
+            url = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+        raw_path, _, query = url.partition("?")
+        return self.key_for(raw_path.encode("utf-8", "surrogateescape"), query.encode("utf-8", "surrogateescape"))
 
     def _key_for(self, raw_path: bytes, query_string: bytes) -> CacheKey | None:
         path = normalise_path(raw_path)

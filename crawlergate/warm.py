@@ -24,7 +24,7 @@ import httpx
 
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.errors import CrawlerGateError, OriginError
-from crawlergate.gate.engine import NotStored
+from crawlergate.gate.fill import NotStored
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
 from crawlergate.regenerate.budget import Pacing
@@ -68,7 +68,7 @@ async def warm(
     summary = WarmSummary()
     keys: dict[str, CacheKey] = {}
     for url in urls:
-        key = gate.core.key_for_url(url)
+        key = gate.core.keys.key_for_url(url)
         if key is None:
             summary.not_cacheable += 1
         else:

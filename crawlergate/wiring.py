@@ -1,19 +1,23 @@
-"""Building a gate from Settings: the one place its components are assembled.
+"""Building a gate from Settings: the one place its components are assembled, started and closed.
 
 The adapters (ASGI and WSGI middleware, the proxy, ``serve``), the demo and the command line all
-build their gate here, so a setting means the same thing however the gate runs.
+build their gate here, as one ``GateRuntime`` (uvicorn's ``Config`` shape: built once, handed to
+whoever runs it), so a setting means the same thing however the gate runs, and every path starts
+and closes the same parts in the same order.
 
-    core = build_core(load_settings("crawlergate.toml"))
+    runtime = GateRuntime(load_settings("crawlergate.toml"), fetch_for_regeneration=origin_fetch)
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from crawlergate.admin.dashboard import Dashboard
 from crawlergate.admin.endpoints import AdminEndpoints
+from crawlergate.admin.figures import GateFigures
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
@@ -22,13 +26,16 @@ from crawlergate.gate.accesslog import AccessLog
 from crawlergate.gate.dirty import PageCatalogue
 from crawlergate.gate.engine import GateCore
 from crawlergate.gate.fill import Filler
+from crawlergate.gate.flow import CrawlerFlow
+from crawlergate.gate.invalidate import Invalidation
 from crawlergate.gate.origin import OriginResponse
+from crawlergate.gate.storable import StoragePolicy
 from crawlergate.gate.valve import OverloadValve
 from crawlergate.gate.writes import WriteRules
 from crawlergate.keys import CacheKey, KeyMaker
 from crawlergate.metrics import Metrics
 from crawlergate.regenerate.regenerator import Regenerator
-from crawlergate.regenerate.schedule import Lease, OffPeakJob, Window
+from crawlergate.regenerate.schedule import Lease, OffPeakJob, Scheduler, Window
 from crawlergate.regenerate.state import RegenerationState
 from crawlergate.rules import load_site_profiles, rules_folder
 from crawlergate.stores.base import Store
@@ -59,7 +66,7 @@ def build_access_log(core: GateCore, *, standalone: bool) -> AccessLog | None:
         return None
     return AccessLog(
         path,
-        client_of=core.client_address,
+        client_of=core.trusted.client,
         max_bytes=settings.log.access_max_bytes,
         backups=settings.log.access_backups,
     )
@@ -93,7 +100,7 @@ def build_core(
     )
 
 
-def build_admin(core: GateCore) -> AdminEndpoints:
+def build_admin(core: GateCore, figures: GateFigures, invalidation: Invalidation) -> AdminEndpoints:
     """The admin endpoints and dashboard of a gate (its stats, metrics and invalidate), started and stopped with it."""
     settings = core.settings
     dashboard = Dashboard(core.metrics, prefix=settings.admin.prefix)
@@ -102,11 +109,37 @@ def build_admin(core: GateCore) -> AdminEndpoints:
     return AdminEndpoints(
         prefix=settings.admin.prefix,
         token=settings.admin.token,
-        stats=core.stats,
-        prometheus=core.prometheus,
-        invalidate=core.invalidate,
+        stats=figures.stats,
+        prometheus=figures.prometheus,
+        invalidate=invalidation.invalidate,
         trusted_proxies=settings.server.trusted_proxies,
         dashboard=dashboard,
+    )
+
+
+def build_filler(core: GateCore) -> Filler:
+    """The filler of a gate: its cache, catalogue, storable rules and valve."""
+    return Filler(
+        core.cache,
+        core.dirty,
+        StoragePolicy(core.settings.cache, core.keys),
+        core.valve,
+        clock=core.clock,
+        timeout_s=core.settings.cache.fill_timeout_seconds,
+    )
+
+
+def build_invalidation(core: GateCore) -> Invalidation:
+    """What marks a gate's pages changed: the API, PURGE and the write rules."""
+    return Invalidation(
+        core.settings,
+        keys=core.keys,
+        catalogue=core.dirty,
+        cache=core.cache,
+        devices=core.devices,
+        writes=core.writes,
+        public=core.public,
+        clock=core.clock,
     )
 
 
@@ -132,8 +165,6 @@ def build_regeneration(
         core.metrics,
         clock=clock,
     )
-    core.more_stats = lambda: {"regeneration": job.status()}
-    core.more_metrics = job.prometheus
     return job
 
 
@@ -155,3 +186,83 @@ def build_cache(settings: Settings, metrics: Metrics) -> TwoLevelCache:
         l1 = MemoryStore(settings.l1.max_bytes, item_max_bytes=settings.l1.item_max_bytes)
     l2 = DiskStore(Path(settings.cache_dir), max_bytes=settings.l2.max_bytes, page_max_bytes=settings.l2.page_max_bytes)
     return TwoLevelCache(l1, l2, metrics, local_ttl_s=local_ttl_s)
+
+
+class GateRuntime:
+    """One gate's parts, built once from Settings, started and closed in one order by whoever runs the gate.
+
+    Parameters:
+        settings: all configuration.
+        fetch_for_regeneration: a regeneration's guest sub-request (the adapter's origin, no visitor).
+        cache, classifier: shared ready parts (tests, or several gates on one cache); built if None.
+        clock: wall-clock time, injectable for tests.
+        standalone: the gate is the server (``serve``): its access log is on unless ``log.access_log`` is "off".
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        fetch_for_regeneration: Callable[[CacheKey], Awaitable[OriginResponse]],
+        cache: TwoLevelCache | None = None,
+        classifier: Classifier | None = None,
+        clock: Callable[[], float] = time.time,
+        standalone: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.core = build_core(settings, cache=cache, classifier=classifier, clock=clock)
+        self.filler = build_filler(self.core)
+        self.invalidation = build_invalidation(self.core)
+        self.access_log = build_access_log(self.core, standalone=standalone)
+        self.flow = CrawlerFlow(self.core, self.invalidation, self.access_log)
+        self.regeneration = build_regeneration(self.core, self.filler, fetch_for_regeneration, clock=clock)
+        self.figures = GateFigures(self.core, regeneration=self.regeneration)
+        self.admin = build_admin(self.core, self.figures, self.invalidation)
+        self.scheduler: Scheduler | None = None
+        # What the adapter opened beside the parts (the proxy's origin connections), closed first.
+        self.async_closers: list[Callable[[], Awaitable[None]]] = []
+
+    def start(self) -> None:
+        """Prepare the stores (create the L2 directory) and open the access log; raises ConfigError when one is
+        unusable. Starting twice is harmless."""
+        self.core.start()
+        if self.access_log is not None:
+            self.access_log.start()
+
+    def start_schedule(self, start_scheduler: Callable[[OffPeakJob], Scheduler]) -> None:
+        """Start the parts, and the off-peak job when regeneration is on (with the adapter's scheduler)."""
+        self.start()
+        if self.settings.regenerate.enabled and self.scheduler is None:
+            self.scheduler = start_scheduler(self.regeneration)
+
+    async def aclose(self) -> None:
+        """Stop the off-peak job (a pass under way stops between pages: marks stay until a page's new copy is
+        stored), close what the adapter opened, then every part."""
+        self.regeneration.stop()
+        self._stop_scheduler()
+        task = self.regeneration.task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        for close in self.async_closers:
+            await close()
+        self._close_parts()
+
+    def close(self, *, wait_s: float = 0.0) -> None:
+        """Stop the off-peak job (waiting up to ``wait_s`` for a pass under way to end its fetches), then close
+        every part."""
+        self._stop_scheduler()
+        self.regeneration.stop(wait_s=wait_s)
+        self._close_parts()
+
+    def _stop_scheduler(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=False)
+            self.scheduler = None
+
+    def _close_parts(self) -> None:
+        self.filler.close()
+        if self.access_log is not None:
+            self.access_log.close()
+        self.core.close()
+        self.regeneration.state.close()

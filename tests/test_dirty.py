@@ -215,7 +215,7 @@ def test_invalidate_through_the_wsgi_gate_and_marks_seen_after_a_restart(tmp_pat
     gate.close()
     restarted = CrawlerGateWSGI(site, settings=settings)
     restarted.start()
-    assert restarted.core.stats()["dirty"] == 1
+    assert restarted.stats()["dirty"] == 1
     restarted.close()
 
 
@@ -261,7 +261,7 @@ async def test_write_rule_a_reply_marks_its_thread_and_crawlers_keep_the_stored_
         clock.now += 60
         later = await crawler.get("/showthread.php?t=5", headers=GOOGLEBOT)
         assert int(again.headers["age"]) >= 120 and int(later.headers["age"]) == int(again.headers["age"]) + 60
-        assert gate.core.dirty.dirty_since(gate.core.key_for_url("/showthread.php?t=50").digest) is None  # type: ignore[union-attr]
+        assert gate.core.dirty.dirty_since(gate.core.keys.key_for_url("/showthread.php?t=50").digest) is None  # type: ignore[union-attr]
         refused = await crawler.post("/newreply.php", data={"t": "7"})  # a guest's reply fails: nothing marked
         await gate.drain()
         assert refused.status_code == 403 and gate.stats()["dirty"] == 3
@@ -329,7 +329,7 @@ def test_dirty_damaged_index_is_moved_aside_and_the_gate_starts(tmp_path: Path) 
     (tmp_path / "l2" / "dirty.sqlite3").write_bytes(bytes(range(256)) * 64)
     gate = CrawlerGateWSGI(lambda environ, start: [], settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
     gate.start()
-    assert gate.core.stats()["dirty"] == 0
+    assert gate.stats()["dirty"] == 0
     assert [path.name.startswith("dirty.sqlite3.damaged-") for path in (tmp_path / "l2").iterdir()].count(True) == 1
     gate.close()
 
@@ -408,7 +408,7 @@ async def test_dirty_crawler_demand_is_counted_off_the_request_path_and_decays(t
         await client.get("/showthread.php?t=2", headers=GOOGLEBOT)
         await gate.drain()
     dirty = gate.core.dirty
-    one, two = (gate.core.key_for_url(f"/showthread.php?t={n}") for n in (1, 2))
+    one, two = (gate.core.keys.key_for_url(f"/showthread.php?t={n}") for n in (1, 2))
     assert one is not None and two is not None
     assert (dirty.demand(one.digest), dirty.demand(two.digest)) == (3.0, 2.0)
     clock.now += 86400

@@ -21,6 +21,7 @@ from crawlergate.config import L2Settings, LogSettings, RegenerateSettings, Serv
 from crawlergate.demo.forum import create_forum
 from crawlergate.gate.accesslog import MAX_FIELD_BYTES, AccessLog
 from crawlergate.gate.forwarded import TrustedProxies
+from crawlergate.gate.request import Request
 from crawlergate.tools.analyze import crawler_share
 from crawlergate.tools.logparse import iter_records
 from tests.browser import chromium, has_horizontal_scroll, screenshot
@@ -125,24 +126,22 @@ def test_serve_access_log_reads_back_with_the_same_crawler_share_as_stats(
 def test_access_log_rotates_by_size_and_follows_a_moved_file(tmp_path: Path) -> None:
     log = AccessLog(tmp_path / "access.log", client_of=TrustedProxies(["127.0.0.1"]).client, max_bytes=2000, backups=2)
     log.start()
-    scope = {
-        "type": "http",
-        "method": "GET",
-        "path": '/t"x',
-        "raw_path": b"/t%22x",
-        "query_string": b'q="\\\xc3\xa9"',
-        "headers": [(b"user-agent", b"Googlebot\x01"), (b"x-forwarded-for", b"203.0.113.9")],
-        "client": ("127.0.0.1", 5000),
-        "http_version": "1.1",
-    }
+    request = Request(
+        "GET",
+        '/t"x',
+        b"/t%22x",
+        b'q="\\\xc3\xa9"',
+        [(b"user-agent", b"Googlebot\x01"), (b"x-forwarded-for", b"203.0.113.9")],
+        "127.0.0.1",
+    )
     try:
         for _ in range(3):
             for _ in range(15):
-                log.log(scope, 200, 10, 0.412, "l1-hit")
+                log.log(request, 200, 10, 0.412, "l1-hit")
             time.sleep(1.2)  # past a flush and the rotation check, both bounded in time
         (tmp_path / "access.log").rename(tmp_path / "moved.log")  # logrotate's create mode
         time.sleep(1.2)
-        log.log(scope, 200, 10, 0.412, "l1-hit")
+        log.log(request, 200, 10, 0.412, "l1-hit")
     finally:
         log.close()
     assert (tmp_path / "access.log.1").exists() and not (tmp_path / "access.log.3").exists()
@@ -274,18 +273,18 @@ async def test_asgi_gate_without_lifespan_writes_its_access_log(tmp_path: Path) 
 def test_access_log_lines_stay_one_bounded_line_whatever_the_request_carries(tmp_path: Path) -> None:
     log = AccessLog(tmp_path / "access.log", client_of=TrustedProxies(["127.0.0.1"]).client)
     forged = b'6.6.6.6 - - [01/Jan/2020:00:00:00 +0000] "GET /forged HTTP/1.1" 200 1 "-" "Googlebot/2.1" 1 miss'
-    scope = {
-        "method": "GET",
-        "path": "/",
-        "raw_path": b"/" + b"a" * 10_000,
-        "query_string": b"",
-        "headers": [(b"user-agent", b"\xff" * 60_000), (b"referer", b'"\\'), (b"x-forwarded-for", forged)],
-        "client": ("127.0.0.1", 5000),
-        "http_version": "1.1",
-    }
-    short_forgery = {**scope, "headers": [(b"x-forwarded-for", b'6.6.6.6 - - [x] "GET /f')]}
+    request = Request(
+        "GET",
+        "/",
+        b"/" + b"a" * 10_000,
+        b"",
+        [(b"user-agent", b"\xff" * 60_000), (b"referer", b'"\\'), (b"x-forwarded-for", forged)],
+        "127.0.0.1",
+    )
+    short_forgery = Request("GET", "/", request.raw_path, b"", [(b"x-forwarded-for", b'6.6.6.6 - - [x] "GET /f')],
+                            "127.0.0.1")  # fmt: skip
     log.start()
-    log.log(scope, 200, 1, 1.0, "miss")
+    log.log(request, 200, 1, 1.0, "miss")
     log.log(short_forgery, 200, 1, 1.0, "miss")
     log.close()
     line, short = (tmp_path / "access.log").read_bytes().splitlines()

@@ -66,7 +66,33 @@ def test_layout_the_live_gate_never_imports_the_admin_endpoints(path: Path) -> N
     assert not admin, f"{_module(path)} imports {sorted(admin)}: wiring.py builds the admin endpoints"
 
 
-def test_layout_answers_are_built_without_an_interfaces_types() -> None:
-    tree = ast.parse((PACKAGE / "gate" / "answer.py").read_text())
-    imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert not {name for name in imported if name.split(".")[0] in ("starlette", "uvicorn")}
+def _all_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, ours and others', at any depth of the file (TYPE_CHECKING blocks too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            found.add(node.module or "")
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("path", _files("gate"), ids=lambda path: _module(path))
+def test_layout_the_live_gate_imports_no_interface(path: Path) -> None:
+    interfaces = {
+        name
+        for name in _all_imports(path)
+        if name.split(".")[0] in ("starlette", "uvicorn", "wsgiref") or "wsgi" in name.split(".")[-1]
+    }
+    assert not interfaces, f"{_module(path)} imports {sorted(interfaces)}: interfaces belong in adapters/"
+
+
+@pytest.mark.parametrize("name", ["fill", "storable", "invalidate"])
+def test_layout_fill_storage_and_invalidation_never_import_the_engine(name: str) -> None:
+    assert "crawlergate.gate.engine" not in _imports(PACKAGE / "gate" / f"{name}.py")
+
+
+def test_layout_the_flow_does_no_io_of_its_own() -> None:
+    """The flow asks its adapter for every lookup, fill and disk read: no thread, event loop or socket module."""
+    io_modules = {"anyio", "asyncio", "threading", "socket", "concurrent.futures", "httpx", "sqlite3"}
+    assert not _all_imports(PACKAGE / "gate" / "flow.py") & io_modules

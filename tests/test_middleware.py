@@ -137,7 +137,7 @@ async def test_middleware_l2_hit_is_promoted_to_l1(make_gate: Callable[..., Craw
     gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
-        gate.cache.l1.delete(gate.keys.key_for(b"/t/1").digest)  # type: ignore[union-attr]
+        gate.cache.l1.delete(gate.core.keys.key_for(b"/t/1").digest)  # type: ignore[union-attr]
         outcomes = [(await client.get("/t/1", headers=GOOGLEBOT)).headers["x-crawlergate"] for _ in range(2)]
     assert outcomes == ["l2-hit", "l1-hit"]
 
@@ -241,7 +241,7 @@ async def test_middleware_guest_fill_is_sanitised(make_gate: Callable[..., Crawl
     assert fill.headers["x-forwarded-for"] == "6.6.6.6" and fill.client is not None and fill.client.host == "6.6.6.6"
     assert fill.headers["accept-encoding"] == "gzip"
     assert str(fill.url.query) == ""
-    assert gate.keys.key_for(b"/t/1").digest in gate.cache.l2.digests()  # type: ignore[union-attr]
+    assert gate.core.keys.key_for(b"/t/1").digest in gate.cache.l2.digests()  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("path", ["/personal", "/members-only"])
@@ -307,7 +307,7 @@ async def test_middleware_origin_down_serves_stale_from_l2(
         missing = await client.get("/t/2", headers=GOOGLEBOT)
     assert stale.headers["x-crawlergate"] == "stale" and stale.text == PAGE + "1"
     assert missing.status_code == 503 and missing.headers["x-crawlergate"] == "miss"
-    assert gate.keys.key_for(b"/t/2").digest not in gate.cache.l2.digests()  # type: ignore[union-attr]
+    assert gate.core.keys.key_for(b"/t/2").digest not in gate.cache.l2.digests()  # type: ignore[union-attr]
 
 
 async def test_middleware_origin_unreachable_is_502_and_nothing_stored(tmp_path: Path) -> None:
@@ -328,7 +328,7 @@ async def test_middleware_human_view_prefetches_l2_copy_into_l1(
     gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
-        gate.cache.l1.delete(gate.keys.key_for(b"/t/1").digest)  # type: ignore[union-attr]
+        gate.cache.l1.delete(gate.core.keys.key_for(b"/t/1").digest)  # type: ignore[union-attr]
         await client.get("/t/1", headers=FIREFOX)
         await gate.drain()
         response = await client.get("/t/1", headers=GOOGLEBOT)
@@ -342,7 +342,7 @@ async def test_middleware_corrupt_l2_page_is_never_served(
     gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
-        key = gate.keys.key_for(b"/t/1")
+        key = gate.core.keys.key_for(b"/t/1")
         assert key is not None
         gate.cache.l1.delete(key.digest)
         path = gate.cache.l2.path_for(key.digest)
@@ -359,7 +359,7 @@ async def test_middleware_unwritable_l2_still_answers(
 ) -> None:
     gate = make_gate()
     gate.start()
-    key = gate.keys.key_for(b"/t/1")
+    key = gate.core.keys.key_for(b"/t/1")
     assert key is not None
     (tmp_path / "l2" / key.digest[:2]).write_text("a file where the shard folder should be")
     async with _client(gate) as client:
@@ -591,7 +591,7 @@ async def test_middleware_half_page_is_never_stored_and_stale_beats_it(tmp_path:
     assert [(r.headers["x-crawlergate"], r.text) for r in stale] == [("stale", "<p>whole page</p>")] * 2
     assert nothing.status_code == 502
     assert gate.stats()["not_stored"] == {"incomplete": 3}
-    found = gate.cache.lookup(gate.keys.key_for(b"/t/1"))  # type: ignore[arg-type]
+    found = gate.cache.lookup(gate.core.keys.key_for(b"/t/1"))  # type: ignore[arg-type]
     assert found is not None and found.page.body() == b"<p>whole page</p>"
 
 
@@ -606,7 +606,7 @@ async def test_middleware_stores_the_sites_gzip_as_it_came(tmp_path: Path) -> No
         identity = await client.get("/t/1", headers={**GOOGLEBOT, "accept-encoding": "identity"})
     assert miss.headers["content-encoding"] == hit.headers["content-encoding"] == "gzip"
     assert hit.content == body and identity.content == body
-    found = gate.cache.lookup(gate.keys.key_for(b"/t/1"))  # type: ignore[arg-type]
+    found = gate.cache.lookup(gate.core.keys.key_for(b"/t/1"))  # type: ignore[arg-type]
     assert found is not None and found.page.body_gz == site_gzip
 
 
@@ -617,13 +617,13 @@ async def test_middleware_big_pages_are_compressed_off_the_event_loop(tmp_path: 
     answers = [[_start(), {"type": "http.response.body", "body": big}]]
     gate = CrawlerGateMiddleware(_raw_site(answers), settings=Settings(l2=L2Settings(cache_dir=str(tmp_path))))
     judged_in: list[str] = []
-    judge = gate.core.judge_fill
+    judge = gate.filler.judge_fill
 
     def recording(*args: Any) -> Any:
         judged_in.append(threading.current_thread().name)
         return judge(*args)
 
-    gate.core.judge_fill = recording  # type: ignore[method-assign]
+    gate.filler.judge_fill = recording  # type: ignore[method-assign]
     async with _client(gate) as client:
         miss = await client.get("/t/1", headers=GOOGLEBOT)
         identity = await client.get("/t/1", headers={**GOOGLEBOT, "accept-encoding": "identity"})

@@ -228,13 +228,13 @@ async def test_what_a_fetch_leaves_behind_removed_stored_as_404_kept_on_errors(t
             "/broken": PlainTextResponse("down", status_code=500),
         }
         origin.version = 2
-        assert gate.core.invalidate(pages, []) == 5
+        assert gate.runtime.invalidation.invalidate(pages, []) == 5
         summary = await gate.regeneration.regenerator.run(Selection(dirty=True))
         assert (summary.changed, summary.unchanged, summary.gone, summary.removed, summary.errors) == (1, 1, 1, 1, 1)
         assert summary.remaining == 1 and summary.error_samples
         assert (await crawler.get("/same", headers=GOOGLEBOT)).headers["etag"] == old["/same"]
         assert (await crawler.get("/gone", headers=GOOGLEBOT)).status_code == 404  # stored as such
-        key = gate.core.key_for_url("/gone-for-good")
+        key = gate.core.keys.key_for_url("/gone-for-good")
         assert key is not None and not gate.cache.l2.path_for(key.digest).exists()  # removed
         broken = await crawler.get("/broken", headers=GOOGLEBOT)
         assert broken.status_code == 200 and broken.headers["etag"] == old["/broken"]  # the old copy stays
@@ -252,13 +252,13 @@ async def test_a_budget_of_n_regenerates_exactly_the_n_most_wanted_pages_at_boun
     gate.start()
     count = 10_000
     for number in range(count):
-        key = gate.core.key_for_url(f"/t/{number}")
+        key = gate.core.keys.key_for_url(f"/t/{number}")
         assert key is not None
         page = Page.from_response(200, b"<p>old</p>", content_type="text/html", generated_at=NOON, ttl_seconds=1e9)
-        gate.core.store(key, page)
+        gate.filler.store(key, page)
     # Crawler demand: page 100 + i asked for i times (i = 1..100); the others never.
     for wanted in range(1, 101):
-        key = gate.core.key_for_url(f"/t/{100 + wanted}")
+        key = gate.core.keys.key_for_url(f"/t/{100 + wanted}")
         assert key is not None
         for _ in range(wanted):
             gate.core.dirty.count_demand(key.digest)

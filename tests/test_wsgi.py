@@ -86,7 +86,7 @@ def test_wsgi_humans_pass_and_prefetch(wsgi_site: WsgiSite, tmp_path: Path) -> N
     assert human.headers["x-crawlergate"] == "pass"
     assert crawler.headers["x-crawlergate"] == "l1-hit"
     assert logged_in.headers["x-crawlergate"] == "pass"
-    assert gate.core.stats()["human"]["prefetches"] == 1  # type: ignore[index]
+    assert gate.stats()["human"]["prefetches"] == 1  # type: ignore[index]
 
 
 def test_wsgi_site_exception_is_502(tmp_path: Path) -> None:
@@ -203,7 +203,7 @@ def test_wsgi_wordpress_comment_marks_the_post_under_its_permalink(tmp_path: Pat
         client.post("/wp-comments-post.php", data=form, headers={**FIREFOX, "cookie": "comment_author_x=1"})
         gate.drain()
         # Another post, named only by its ID: the stored 301 of /?p=6 leads to its permalink.
-        marked_by_id = gate.core.invalidate(["/?p=6"], [])
+        marked_by_id = gate.runtime.invalidation.invalidate(["/?p=6"], [])
 
     def marked(url: bytes) -> bool:
         key = gate.core.keys.key_for(url)

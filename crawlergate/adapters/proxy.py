@@ -323,7 +323,9 @@ def create_app(settings: Settings) -> CrawlerGateMiddleware:
         forward_host=settings.server.forward_host,
         websocket_max_message_bytes=settings.server.websocket_max_message_bytes,
     )
-    return CrawlerGateMiddleware(proxy, settings=settings, standalone=True)
+    gate = CrawlerGateMiddleware(proxy, settings=settings, standalone=True)
+    gate.runtime.async_closers.append(proxy.aclose)
+    return gate
 
 
 def app_from_environment() -> CrawlerGateMiddleware:

@@ -289,9 +289,7 @@ def _run_warm(args: argparse.Namespace) -> int:
                     on_progress=lambda done, total: progress.update(done),
                 )
         finally:
-            await gate.app.aclose()  # type: ignore[attr-defined]
-            gate.filler.close()
-            gate.core.close()
+            await gate.aclose()
         return summary.as_dict()
 
     data = asyncio.run(run())
@@ -354,10 +352,7 @@ def _run_regenerate(args: argparse.Namespace) -> int:
             finally:
                 await asyncio.to_thread(job.lease.release)
         finally:
-            await gate.app.aclose()  # type: ignore[attr-defined]
-            gate.filler.close()
-            gate.core.close()
-            job.state.close()
+            await gate.aclose()
         return summary
 
     summary = asyncio.run(run())

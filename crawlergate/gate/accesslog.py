@@ -31,11 +31,11 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from crawlergate.errors import ConfigError
+from crawlergate.gate.request import Request
 from crawlergate.metrics import Classified
 
 logger = logging.getLogger(__name__)
@@ -51,8 +51,6 @@ MAX_QUEUED = 20_000
 MAX_FIELD_BYTES = 4096
 # Bytes nginx escapes in quoted fields ($http_user_agent, $request): quote, backslash, control and non-ASCII.
 _UNSAFE = re.compile(rb'["\\\x00-\x1f\x7f-\xff]')
-# The WSGI environ key where the WSGI gate leaves the request target as sent (bytes, with its query).
-WSGI_TARGET = "crawlergate.target"
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 ClientOf = Callable[[str | None, Iterable[tuple[bytes, bytes]]], str | None]
@@ -94,7 +92,7 @@ class AccessLog:
 
     def log(
         self,
-        request: Mapping[str, Any],
+        request: Request,
         status: int,
         size: int,
         ttfb_ms: float,
@@ -102,7 +100,7 @@ class AccessLog:
         verdict: Classified | None = None,
         reasons: tuple[str, ...] = (),
     ) -> None:
-        """Queue the line of one request (an ASGI scope or a WSGI environ) and its answer; ``verdict`` is what the
+        """Queue the line of one request and its answer; ``verdict`` is what the
         gate made of it (a person when None) and ``reasons`` the evidence."""
         if len(self._lines) >= MAX_QUEUED:
             self.dropped += 1
@@ -219,19 +217,10 @@ class AccessLog:
         self._size = stat.st_size
 
     def _line(
-        self,
-        request: Mapping[str, Any],
-        status: int,
-        size: int,
-        ttfb_ms: float,
-        outcome: str,
-        judged: bytes,
-        epoch: float,
+        self, request: Request, status: int, size: int, ttfb_ms: float, outcome: str, judged: bytes, epoch: float
     ) -> bytes:
         """The line of one request, as bytes (headers and path stay as they came, nothing decoded)."""
-        if "wsgi.version" in request:
-            return self._wsgi_line(request, status, size, ttfb_ms, outcome, judged, epoch)
-        headers = request["headers"]
+        headers = request.headers
         referer = agent = b""
         forwarded = False
         for name, value in headers:
@@ -241,44 +230,10 @@ class AccessLog:
                 referer = value
             elif name == b"x-forwarded-for":
                 forwarded = True
-        peer = request.get("client")
-        client = peer[0] if peer else None
-        if forwarded:
-            client = self._client_of(client, headers)
-        raw: bytes = request.get("raw_path") or request["path"].encode("utf-8")
-        query: bytes = request.get("query_string", b"")
-        target = raw + b"?" + query if query else raw
-        return _format(client, epoch, request["method"], target, request.get("http_version", "1.1"), status, size,
-                       referer, agent, ttfb_ms, outcome, judged)  # fmt: skip
-
-    def _wsgi_line(
-        self,
-        environ: Mapping[str, Any],
-        status: int,
-        size: int,
-        ttfb_ms: float,
-        outcome: str,
-        judged: bytes,
-        epoch: float,
-    ) -> bytes:
-        forwarded = environ.get("HTTP_X_FORWARDED_FOR")
-        client = self._client_of(
-            environ.get("REMOTE_ADDR"), [(b"x-forwarded-for", forwarded.encode("latin-1"))] if forwarded else []
-        )
-        return _format(
-            client,
-            epoch,
-            environ.get("REQUEST_METHOD", "GET"),
-            environ[WSGI_TARGET],
-            environ.get("SERVER_PROTOCOL", "HTTP/1.1").removeprefix("HTTP/"),
-            status,
-            size,
-            environ.get("HTTP_REFERER", "").encode("latin-1", "replace"),
-            environ.get("HTTP_USER_AGENT", "").encode("latin-1", "replace"),
-            ttfb_ms,
-            outcome,
-            judged,
-        )
+        client = self._client_of(request.peer, headers) if forwarded else request.peer
+        target = request.raw_path + b"?" + request.query if request.query else request.raw_path
+        return _format(client, epoch, request.method, target, request.http_version, status, size, referer, agent,
+                       ttfb_ms, outcome, judged)  # fmt: skip
 
 
 def open_log(path: Path) -> int:

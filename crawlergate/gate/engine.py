@@ -1,132 +1,38 @@
-"""GateCore: the gate's decisions, free of any server interface, shared by the ASGI and WSGI adapters.
+"""GateCore: the gate's decisions about one request, free of any server interface.
 
-Whitenoise's split: one framework-free engine, thin adapters. The core builds the components from
-Settings (classifier, cache keys, the two cache levels, metrics) and answers the questions every
-request asks: is it admin, too long, to pass, or a crawler's cacheable page; is a stored page still
-fresh; may a response be stored and for how long.
+Whitenoise's split: one framework-free engine, thin adapters. The core holds the components
+(classifier, judge, cache keys, the two cache levels, the page catalogue, the valve) and answers the
+questions every request asks: is it admin, too long, to pass, denied, or a crawler's cacheable page;
+is a stored page still fresh or must it be filled; must the site be spared a fill. The sequence that
+asks them is ``gate/flow.py``; filling is ``gate/fill.py``, marking pages changed ``gate/invalidate.py``.
 
     core = build_core(settings)   # crawlergate.wiring
-    decision = core.decide("GET", "/t/1", b"/t/1", b"", headers)
+    decision = core.decide(Request("GET", "/t/1", b"/t/1", b"", headers))
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
 
 from crawlergate.cache import CacheHit, TwoLevelCache
-from crawlergate.classify import HUMAN, Classifier, Verdict
+from crawlergate.classify import HUMAN, Classifier
 from crawlergate.config import Settings
 from crawlergate.devices import DeviceClasses, variant_key, varies_by_user_agent
-from crawlergate.errors import OriginError, OriginTimeout
-from crawlergate.gate.answer import Response, json_response, page_response, plain_response
-from crawlergate.gate.dirty import IndexUnavailable, PageCatalogue
+from crawlergate.gate.answer import Response, page_response, plain_response
+from crawlergate.gate.dirty import PageCatalogue
 from crawlergate.gate.fillbudget import FillBudget
 from crawlergate.gate.forwarded import TrustedProxies
-from crawlergate.gate.origin import OriginResponse, PageTooLarge, PublicSite
-from crawlergate.gate.storable import StoragePolicy, StoreVerdict
+from crawlergate.gate.origin import PublicSite
+from crawlergate.gate.request import Decision, Request, RequestHeaders, Route
 from crawlergate.gate.valve import OverloadValve
 from crawlergate.gate.writes import WriteRules
 from crawlergate.keys import CacheKey, KeyMaker
 from crawlergate.page import Page
 from crawlergate.suspect.judge import PERSON, Judge
 from crawlergate.suspect.policy import Action
-
-# Fills after which a stored copy of any age is better than what the site sent.
-_FAILED_FILL = ("origin-error", "incomplete", "empty", "redirect-to-self")
-# Answer headers that belong to the guest fill alone, never handed to a crawler.
-_PER_RESPONSE_HEADERS = ("content-length", "transfer-encoding", "connection", "content-encoding", "set-cookie")
-
-
-class Route(enum.Enum):
-    """Which way a request goes."""
-
-    ADMIN = "admin"  # the /_crawlergate/ endpoints
-    TOO_LONG = "too-long"  # refused with 414
-    PASS = "pass"  # to the site untouched
-    PURGE = "purge"  # a site's HTTP PURGE: marks pages changed
-    CACHE = "cache"  # a crawler's or suspect's cacheable GET/HEAD: answered from the cache
-    DENY = "deny"  # refused with 403 by the policy table
-
-
-class RequestHeaders:
-    """The request headers the gate looks at, read in one pass over the raw (name, value) pairs."""
-
-    __slots__ = (
-        "user_agent",
-        "cookie",
-        "authorization",
-        "accept_encoding",
-        "if_none_match",
-        "if_modified_since",
-        "range",
-        "if_range",
-    )
-
-    def __init__(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
-        self.user_agent = b""
-        self.cookie = b""
-        self.authorization = False
-        self.accept_encoding = b""
-        self.if_none_match = b""
-        self.if_modified_since = b""
-        self.range = b""
-        self.if_range = b""
-        for name, value in headers:
-            if name == b"user-agent":
-                self.user_agent = value
-            elif name == b"cookie":
-                self.cookie = self.cookie + b"; " + value if self.cookie else value
-            elif name == b"authorization":
-                self.authorization = True
-            elif name == b"accept-encoding":
-                self.accept_encoding = value
-            elif name == b"if-none-match":
-                self.if_none_match = value
-            elif name == b"if-modified-since":
-                self.if_modified_since = value
-            elif name == b"range":
-                self.range = value
-            elif name == b"if-range":
-                self.if_range = value
-
-
-@dataclass(frozen=True, slots=True)
-class NotStored:
-    """A guest answer that was not stored, with the verdict that says why."""
-
-    response: OriginResponse
-    verdict: StoreVerdict
-
-    def has(self, reason: str) -> bool:
-        return any(label == reason for label, _ in self.verdict.reasons)
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What the gate makes of one request."""
-
-    route: Route
-    verdict: Verdict
-    key: CacheKey | None
-    headers: RequestHeaders
-    # The evidence (rule names) that made a suspect, for the access log.
-    reasons: tuple[str, ...] = ()
-    # The policy's cache-only: a miss is answered 503, the site untouched.
-    cache_only: bool = False
-    # The client's address when the judge needed it (a page a person may have asked for): its answer's
-    # Set-Cookie is noted for it.
-    client: str | None = None
-
-    @property
-    def kind(self) -> str:
-        return self.verdict.kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +91,7 @@ class GateCore:
         self.fill_budget = FillBudget(
             per_minute=settings.policy.suspect_fills_per_minute, burst=settings.policy.suspect_fill_burst
         )
-        self._purgers = TrustedProxies(settings.admin.purgers)
         self._max_stale_s = settings.cache.max_stale_seconds
-        self.storage = StoragePolicy(settings.cache, self.keys)
         self.trusted = TrustedProxies(settings.server.trusted_proxies)
         self.clock = clock
         # What starts and stops with the gate besides its stores (the admin dashboard's sampler, wired in wiring.py).
@@ -200,9 +104,6 @@ class GateCore:
         self._admin_prefix = settings.admin.prefix
         self._started = False
         self._start_lock = threading.Lock()
-        # Figures of parts beside the engine (regeneration): the `stats` section, and Prometheus gauges and counters.
-        self.more_stats: Callable[[], dict[str, object]] | None = None
-        self.more_metrics: Callable[[], tuple[dict[str, float], dict[str, tuple[str, int]]]] | None = None
 
     def start(self) -> None:
         """Prepare the stores (create the L2 directory); raises ConfigError when it is unusable."""
@@ -223,22 +124,15 @@ class GateCore:
             self.dirty.flush_demand()
         self.dirty.close()
 
-    def decide(
-        self,
-        method: str,
-        path: str,
-        raw_path: bytes,
-        query: bytes,
-        headers: Sequence[tuple[bytes, bytes]],
-        peer: str | None = None,
-        scheme: str = "http",
-    ) -> Decision:
+    def decide(self, incoming: Request) -> Decision:
         """Route one request: admin, too long, pass through, denied, or a crawler's (or suspect's) cacheable page.
 
-        ``peer`` is the connection's address and ``scheme`` its scheme: the judge needs the client behind them.
+        The judge needs the client behind the connection's address (``peer``) and its ``scheme``.
         """
         if not self._started:
             self.start()  # first request of an app that ran no lifespan
+        method, path, raw_path, query = incoming.method, incoming.path, incoming.raw_path, incoming.query
+        headers, peer = incoming.headers, incoming.peer
         request = RequestHeaders(headers)
         if self.is_admin_path(path):
             return Decision(Route.ADMIN, HUMAN, None, request)
@@ -267,8 +161,9 @@ class GateCore:
                 judgement = judge.judged(verdict)
         elif key is not None and judge.rules is not None:
             client = self.trusted.client(peer, headers)
+            proxied = peer in self.trusted
             judgement = judge.visitor(
-                request.user_agent, headers, client, scheme=scheme, proxied=peer in self.trusted, deep=path != "/"
+                request.user_agent, headers, client, scheme=incoming.scheme, proxied=proxied, deep=path != "/"
             )
             if judgement is PERSON:
                 return Decision(Route.PASS, HUMAN, key, request, client=client)
@@ -291,10 +186,6 @@ class GateCore:
 
     def is_admin_path(self, path: str) -> bool:
         return path == self._admin_prefix or path.startswith(self._admin_prefix + "/")
-
-    def client_address(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-        """The visitor's address: the peer, or whom a trusted proxy forwards for."""
-        return self.trusted.client(peer, headers)
 
     def should_prefetch(self, decision: Decision, status: int) -> bool:
         """A human's successful view of a page that L2 holds (the index answers; no disk access)."""
@@ -359,79 +250,6 @@ class GateCore:
         self.dirty.count_demand(key.digest)
         return self.dirty.upkeep_due(now)
 
-    def store(self, key: CacheKey, page: Page, fetched_at: float | None = None) -> None:
-        """Keep a filled page in both levels and in the catalogue of the dirty index: no longer dirty,
-        unless marked after ``fetched_at``, when its fill began."""
-        self.cache.store(key, page)
-        self.dirty.record_stored(key.digest, key.target, fetched_at)
-
-    def judge_fill(
-        self, key: CacheKey, response: OriginResponse, previous: Page | None = None, generation_ms: float = 0.0
-    ) -> Page | NotStored:
-        """The Page to store for a guest answer, or the answer with every reason it is not stored (counted).
-
-        ``generation_ms`` is how long the site took to answer: kept with the page for the origin time hits save.
-
-        A page with the same body as ``previous``, the copy it replaces, keeps its Last-Modified (its ETag is
-        the body's hash): a crawler's conditional request still gets 304.
-        """
-        now = self.clock()
-        verdict = self.storage.judge(response, key.target, now=now)
-        if verdict.storable:
-            page = self.storage.page(response, verdict, now=now, generation_ms=generation_ms)
-            if previous is not None and previous.etag == page.etag and previous.last_modified < page.last_modified:
-                page = dataclasses.replace(page, last_modified=previous.last_modified)
-            return page
-        for label in dict.fromkeys(label for label, _ in verdict.reasons):
-            self.metrics.count_not_stored(label)
-        return NotStored(response, verdict)
-
-    def stats(self) -> dict[str, object]:
-        data = self.metrics.snapshot()
-        data["valve"] = {**self.valve.status(), "refused": data.pop("refused")}
-        data["evidence"] = {
-            **data["evidence"],
-            "verified_claimants": self.judge.verified_claimants(data["families"]),
-            **self.judge.status(),
-        }
-        data["dirty"] = self.dirty_count()
-        data.update(self.cache.usage())
-        if self.more_stats is not None:
-            data.update(self.more_stats())
-        return data
-
-    def dirty_count(self) -> int:
-        """Marked pages the cache still holds (an evicted page's mark stays in the index until it returns); a
-        page another worker stored may not be in this worker's L2 index yet: its file says."""
-        self.dirty.refresh(wait=False)
-        l2 = self.cache.l2
-        return sum(1 for digest in self.dirty.dirty_digests() if l2.contains(digest) or l2.path_for(digest).exists())
-
-    def prometheus(self) -> str:
-        gauges: dict[str, float] = {
-            "crawlergate_l2_pages": len(self.cache.l2),
-            "crawlergate_l2_bytes": self.cache.l2.used_bytes,
-            "crawlergate_dirty_pages": self.dirty_count(),
-            # This process's: the valve is per process, as its count of requests in flight is.
-            "crawlergate_valve_shedding": float(self.valve.shedding()),
-            "crawlergate_origin_in_flight": self.valve.in_flight,
-        }
-        counters: dict[str, tuple[str, int]] = {}
-        if self.more_metrics is not None:
-            more_gauges, counters = self.more_metrics()
-            gauges |= more_gauges
-        return self.metrics.prometheus(gauges, counters)
-
-    def mark_changed(self, url_or_pattern: str, reason: str = "api") -> int:
-        """Mark stored pages changed: crawlers keep the stored copy until it is regenerated (or too stale).
-
-        ``url_or_pattern`` is a path with its query (``/showthread.php?t=12``), or a pattern where ``*``
-        matches any run of characters (``/showthread.php?t=12*``). Returns the pages marked.
-        """
-        if "*" in url_or_pattern:
-            return self.invalidate([], [url_or_pattern], reason)
-        return self.invalidate([url_or_pattern], [], reason)
-
     def variant_for(self, key: CacheKey, page: Page | None, request: RequestHeaders) -> CacheKey | None:
         """The key of the requester's device copy when ``page`` (the copy under ``key``) varies by user agent
         and the requester is no desktop; else None, and ``key`` is the one (rules/devices.toml)."""
@@ -439,138 +257,3 @@ class GateCore:
             return None
         device = self.devices.of(request.user_agent)
         return None if device is None else variant_key(key, device)
-
-    def _with_variants(self, keys: Iterable[CacheKey]) -> dict[str, None]:
-        """The digests of ``keys`` and of their device copies (only stored ones are marked)."""
-        digests: dict[str, None] = {}
-        for key in keys:
-            digests[key.digest] = None
-            digests.update(dict.fromkeys(variant_key(key, device).digest for device in self.devices.classes))
-        return digests
-
-    def _own_location(self, location: bytes | str) -> str:
-        """The path and query of a Location on this site (relative, or the public host's); else empty."""
-        text = location.decode("latin-1") if isinstance(location, bytes) else location
-        parts = urlsplit(text.strip())
-        if not parts.path.startswith("/") and not parts.netloc:
-            return ""
-        if parts.netloc and (self.public is None or parts.netloc.lower() != self.public.host.lower()):
-            return ""
-        return (parts.path or "/") + ("?" + parts.query if parts.query else "")
-
-    def _redirect_targets(self, keys: list[CacheKey]) -> list[CacheKey]:
-        """The pages that stored permanent redirects among ``keys`` lead to, one hop, on this site.
-
-        A site names a changed page by a URL that redirects to it: WordPress's comment form names its
-        post as /?p=ID, a 301 to the permalink crawlers index; the permalink changed too.
-        """
-        targets = []
-        for key in keys:
-            page = self.cache.stale_copy(key)
-            if page is None or page.status not in (301, 308):
-                continue
-            location = self._own_location(next((value for name, value in page.headers if name == "location"), ""))
-            target = self.key_for_url(location) if location else None
-            if target is not None and target != key:
-                targets.append(target)
-        return targets
-
-    def invalidate(self, urls: list[str], patterns: list[str], reason: str = "api") -> int:
-        """Mark the stored pages of ``urls`` and those matching ``patterns`` changed; returns how many, once each."""
-        keys = [key for key in map(self.key_for_url, urls) if key is not None]
-        digests = self._with_variants([*keys, *self._redirect_targets(keys)])
-        for pattern in patterns:
-            digests.update(dict.fromkeys(self.dirty.matching(pattern)))
-        return self._mark(list(digests), reason)
-
-    def _mark(self, digests: list[str], reason: str) -> int:
-        """Mark pages in this machine's dirty index, and beside them in a shared memcached L1 for the others."""
-        marked = self.dirty.mark(digests, reason)
-        if digests:
-            self.cache.share_marks(digests, self.clock(), self._max_stale_s + self.settings.cache.ttl_seconds)
-        return marked
-
-    def purge(
-        self, peer: str | None, headers: Iterable[tuple[bytes, bytes]], raw_path: bytes, query: bytes
-    ) -> Response:
-        """Answer a site's HTTP PURGE: mark the URL's page changed (or, with ``X-Purge-Method: regex``, every
-        stored page whose /path?query the URL's path and query match as a regular expression, as WordPress's
-        Proxy Cache Purge sends them). Only from ``admin.purgers``; it reads SQLite: call it off the event loop.
-        """
-        client = self.client_address(peer, headers)
-        if client is None or client not in self._purgers:
-            return plain_response(403, b"PURGE is not allowed from this address.\n", outcome=b"pass")
-        regex = any(name == b"x-purge-method" and value.strip().lower() == b"regex" for name, value in headers)
-        try:
-            if regex:
-                target = raw_path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
-                marked = self._mark(self.dirty.matching_regex(unquote(target)), "purge")
-            else:
-                key = self.keys.key_for(raw_path, query)  # the bytes as they came: no second encoding
-                marked = 0 if key is None else self._mark(list(self._with_variants([key])), "purge")
-        except re.error:
-            message = b"X-Purge-Method: regex, but the URL is no regular expression.\n"
-            return plain_response(400, message, outcome=b"pass")
-        except IndexUnavailable as exc:
-            return plain_response(503, f"{exc}\n".encode(), outcome=b"pass", retry_after=b"5")
-        return json_response(200, {"marked": marked}, indent=None)
-
-    def after_write(
-        self, method: str, path: str, query: bytes, form: dict[str, str] | None, location: bytes = b""
-    ) -> int:
-        """Mark the pages a successful unsafe request changed, by the write rules; returns how many.
-
-        ``location`` is the answer's Location header: a rule may mark the page it names, on this site.
-        """
-        urls, patterns = self.writes.marks(method, path, query, form, self._own_location(location))
-        return self.invalidate(urls, patterns, "write-rule") if urls or patterns else 0
-
-    def key_for_url(self, url: str) -> CacheKey | None:
-        """The cache key of a path with its query (an absolute URL's host is ignored), as a request would have."""
-        if url.startswith(("http://", "https://")):
-            parts = urlsplit(url)
-            url = (parts.path or "/") + ("?" + parts.query if parts.query else "")
-        raw_path, _, query = url.partition("?")
-        return self.keys.key_for(raw_path.encode("utf-8", "surrogateescape"), query.encode("utf-8", "surrogateescape"))
-
-    def after_fill(
-        self,
-        key: CacheKey,
-        result: Page | NotStored | None,
-        error: OriginError | None,
-        stale: Page | None,
-        method: str,
-        request: RequestHeaders,
-    ) -> tuple[Response | None, str]:
-        """The crawler's answer once a fill is over, and its outcome; (None, "pass") means: ask the site live.
-
-        Stale beats down: when the site failed, or sent half a page, an L2 copy of any age is served.
-        A redirect to the URL itself is never handed to a crawler from a fill: the live site answers
-        the crawler's own request, which carries its real scheme.
-        """
-        if isinstance(error, PageTooLarge):
-            return None, "pass"
-        if isinstance(result, Page):
-            return page_response(result, method, request, outcome=b"miss"), "miss"
-        if result is None or any(result.has(reason) for reason in _FAILED_FILL):
-            stale = stale or self.cache.stale_copy(key)
-            if stale is not None:
-                return page_response(stale, method, request, outcome=b"stale", now=self.clock()), "stale"
-        if result is None or result.has("incomplete"):
-            status = 504 if isinstance(error, OriginTimeout) else 502
-            return plain_response(status, b"The site did not answer.\n", outcome=b"miss"), "error"
-        if result.has("redirect-to-self"):
-            return None, "pass"
-        response = result.response
-        return (response.status, origin_headers(response), b"" if method == "HEAD" else response.body), "miss"
-
-
-def origin_headers(response: OriginResponse) -> list[tuple[bytes, bytes]]:
-    """A guest response's headers as sent on to a crawler that asked for an unstored page (no cookies)."""
-    headers = [
-        (name.encode("latin-1"), value.encode("latin-1"))
-        for name, value in response.headers
-        if name not in _PER_RESPONSE_HEADERS
-    ]
-    headers += [(b"content-length", b"%d" % len(response.body)), (b"x-crawlergate", b"miss")]
-    return headers

@@ -6,13 +6,14 @@ Async callers share an asyncio future; blocking callers (WSGI) share a thread ev
 fill runs in a small pool so the fill deadline holds however long the site takes: the caller
 answers stale or 504 in time, and the fill may still finish and store the page in the background.
 
-    filler = Filler(core)
+    filler = Filler(cache, catalogue, storage, valve, clock=time.time, timeout_s=30)   # wiring.build_filler
     result = await filler.fill(key, lambda: origin.fetch_guest(key.target, client=None))
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -21,15 +22,29 @@ from dataclasses import dataclass
 
 import anyio
 
+from crawlergate.cache import TwoLevelCache
 from crawlergate.errors import OriginError, OriginTimeout
 from crawlergate.gate.answer import INLINE_PAGE_BYTES
-from crawlergate.gate.engine import GateCore, NotStored
+from crawlergate.gate.dirty import PageCatalogue
 from crawlergate.gate.origin import OriginResponse, PageTooLarge
+from crawlergate.gate.storable import StoragePolicy, StoreVerdict
+from crawlergate.gate.valve import OverloadValve
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
 
 # Blocking fills at once, across pages: a site that hangs holds at most these threads, never the server's.
 FILL_THREADS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class NotStored:
+    """A guest answer that was not stored, with the verdict that says why."""
+
+    response: OriginResponse
+    verdict: StoreVerdict
+
+    def has(self, reason: str) -> bool:
+        return any(label == reason for label, _ in self.verdict.reasons)
 
 
 @dataclass(slots=True)
@@ -51,13 +66,35 @@ class _Flight:
 
 
 class Filler:
-    """Fills keys from the origin for one gate (its cache, storage rules and metrics)."""
+    """Fills keys from the origin for one gate.
 
-    def __init__(self, core: GateCore, *, threads: int = FILL_THREADS) -> None:
-        self.core = core
-        self.metrics = core.metrics
-        self.valve = core.valve
-        self.timeout_s = core.settings.cache.fill_timeout_seconds
+    Parameters:
+        cache: where filled pages are stored (its metrics count the fills).
+        catalogue: the page catalogue, told of every page stored.
+        storage: the storable rules: which answers are stored, for how long.
+        valve: the overload valve, which hears each fill's time.
+        clock: wall-clock time (page ages are persisted in L2).
+        timeout_s: a blocking fill's deadline (``cache.fill_timeout_seconds``).
+    """
+
+    def __init__(
+        self,
+        cache: TwoLevelCache,
+        catalogue: PageCatalogue,
+        storage: StoragePolicy,
+        valve: OverloadValve,
+        *,
+        clock: Callable[[], float] = time.time,
+        timeout_s: float = 30.0,
+        threads: int = FILL_THREADS,
+    ) -> None:
+        self.cache = cache
+        self.catalogue = catalogue
+        self.storage = storage
+        self.metrics = cache.metrics
+        self.valve = valve
+        self.clock = clock
+        self.timeout_s = timeout_s
         self._async_fills: dict[str, asyncio.Future[Page | NotStored]] = {}
         self._blocking_fills: dict[str, _Flight] = {}
         self._blocking_lock = threading.Lock()
@@ -94,6 +131,13 @@ class Filler:
         finally:
             del self._async_fills[key.digest]
 
+    async def fill_result(self, key: CacheKey, fetch: Callable[[], Awaitable[OriginResponse]]) -> FillResult:
+        """``fill``, its failure included in the result rather than raised."""
+        try:
+            return FillResult(await self.fill(key, fetch))
+        except OriginError as exc:
+            return FillResult(error=exc)
+
     def fill_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> FillResult:
         """``fill`` for threads: waits at most the fill deadline, then reports an OriginTimeout."""
         with self._blocking_lock:
@@ -120,7 +164,7 @@ class Filler:
     async def _fetch_async(
         self, key: CacheKey, fetch: Callable[[], Awaitable[OriginResponse]], previous: Page | None
     ) -> Page | NotStored:
-        fetched_at = self.core.clock()
+        fetched_at = self.clock()
         started = time.perf_counter()
         self.valve.entered()
         try:
@@ -133,15 +177,15 @@ class Filler:
         generation_ms = self._count_fetch(started, key)
         # Compressing and hashing a big page takes the event loop for a while (297 ms for 8 MB): a thread.
         if len(response.body) > INLINE_PAGE_BYTES:
-            judged = await anyio.to_thread.run_sync(self.core.judge_fill, key, response, previous, generation_ms)
+            judged = await anyio.to_thread.run_sync(self.judge_fill, key, response, previous, generation_ms)
         else:
-            judged = self.core.judge_fill(key, response, previous, generation_ms)
+            judged = self.judge_fill(key, response, previous, generation_ms)
         if isinstance(judged, Page):
-            await anyio.to_thread.run_sync(self.core.store, key, judged, fetched_at)
+            await anyio.to_thread.run_sync(self.store, key, judged, fetched_at)
         return self._counted(judged)
 
     def _fetch_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> Page | NotStored:
-        fetched_at = self.core.clock()
+        fetched_at = self.clock()
         started = time.perf_counter()
         self.valve.entered()
         try:
@@ -151,10 +195,37 @@ class Filler:
             raise
         finally:
             self.valve.left()
-        judged = self.core.judge_fill(key, response, generation_ms=self._count_fetch(started, key))
+        judged = self.judge_fill(key, response, generation_ms=self._count_fetch(started, key))
         if isinstance(judged, Page):
-            self.core.store(key, judged, fetched_at)
+            self.store(key, judged, fetched_at)
         return self._counted(judged)
+
+    def judge_fill(
+        self, key: CacheKey, response: OriginResponse, previous: Page | None = None, generation_ms: float = 0.0
+    ) -> Page | NotStored:
+        """The Page to store for a guest answer, or the answer with every reason it is not stored (counted).
+
+        ``generation_ms`` is how long the site took to answer: kept with the page for the origin time hits save.
+
+        A page with the same body as ``previous``, the copy it replaces, keeps its Last-Modified (its ETag is
+        the body's hash): a crawler's conditional request still gets 304.
+        """
+        now = self.clock()
+        verdict = self.storage.judge(response, key.target, now=now)
+        if verdict.storable:
+            page = self.storage.page(response, verdict, now=now, generation_ms=generation_ms)
+            if previous is not None and previous.etag == page.etag and previous.last_modified < page.last_modified:
+                page = dataclasses.replace(page, last_modified=previous.last_modified)
+            return page
+        for label in dict.fromkeys(label for label, _ in verdict.reasons):
+            self.metrics.count_not_stored(label)
+        return NotStored(response, verdict)
+
+    def store(self, key: CacheKey, page: Page, fetched_at: float | None = None) -> None:
+        """Keep a filled page in both levels and in the page catalogue: no longer marked changed, unless marked
+        after ``fetched_at``, when its fill began."""
+        self.cache.store(key, page)
+        self.catalogue.record_stored(key.digest, key.target, fetched_at)
 
     def _count_fetch(self, started: float, key: CacheKey) -> float:
         """Count one guest sub-request that the site answered; its time in milliseconds."""

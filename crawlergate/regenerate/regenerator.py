@@ -223,7 +223,7 @@ class Regenerator:
         stored = [page for page in catalogue if held.contains(page.digest) or held.path_for(page.digest).exists()]
         keys: dict[str, CacheKey] = {}
         for url in selection.urls:
-            key = self.core.key_for_url(url)
+            key = self.core.keys.key_for_url(url)
             if key is None:
                 summary.not_cacheable += 1
             else:
@@ -231,7 +231,7 @@ class Regenerator:
         if selection.dirty or selection.all_pages:
             for page in stored:
                 if selection.all_pages or page.dirty_since is not None:
-                    key = self.core.key_for_url(page.target)
+                    key = self.core.keys.key_for_url(page.target)
                     if key is not None:
                         keys.setdefault(page.digest, key)
         jobs = [_Job(key) for key in keys.values()]
@@ -246,7 +246,7 @@ class Regenerator:
         candidates = [page for page in stored if page.dirty_since is None and page.digest not in keys]
         schedule = _Revalidation.plan(candidates, self.state, self.settings.revalidate_pages, slots, windows_per_day)
         for turn, page in enumerate(schedule.pages):
-            key = self.core.key_for_url(page.target)
+            key = self.core.keys.key_for_url(page.target)
             if key is None:  # no longer cacheable by the rules: nothing to fetch, its turn is taken
                 schedule.done.add(turn)
             else:

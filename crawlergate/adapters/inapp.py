@@ -1,0 +1,290 @@
+"""In-process origins: a fill asks the wrapped app itself, called as ASGI or WSGI in the same process.
+
+In a mounted gate the app is the site; in the standalone proxy it is the reverse-proxy app, so there
+is one code path. A direct call (rather than ``httpx.ASGITransport``, which buffers whole bodies)
+enforces the size limit while the body streams, and the deadline on in-process apps. Failures become
+OriginError here, once.
+
+    origin = AsgiOrigin(site, public=PublicSite.from_url("https://forum.example"), max_bytes=2**23)
+    response = await origin.fetch_guest("/showthread.php?t=12", client="203.0.113.7")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import io
+import sys
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_to_bytes
+
+import anyio
+from starlette.types import ASGIApp, Message
+
+from crawlergate.errors import OriginError, OriginTimeout
+from crawlergate.gate.origin import (
+    DEFAULT_FILL_CLIENT,
+    FILL_EXTENSION,
+    GuestBody,
+    OriginResponse,
+    PublicSite,
+    fill_client,
+    fill_headers,
+    fill_target,
+    public_site,
+)
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import WSGIApplication
+
+    from crawlergate.config import Settings
+    from crawlergate.devices import DeviceClasses
+
+
+class AsgiOrigin:
+    """Fetches guest pages from an ASGI app.
+
+    Parameters:
+        app: the site, or the standalone proxy's forwarding app.
+        public: the public site; None takes the address the request arrived on (a mounted gate without
+            ``server.public_url``) and the origin's address in the proxy.
+        fill_client_address: X-Forwarded-For of fills that no outside client triggered.
+        timeout_s: the whole fetch, first byte to last.
+        max_bytes: a larger body raises PageTooLarge.
+        devices: the device classes whose copies of a page are fetched with their own user agent.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        public: PublicSite | None,
+        fill_client_address: str = DEFAULT_FILL_CLIENT,
+        timeout_s: float = 30.0,
+        max_bytes: int,
+        devices: DeviceClasses | None = None,
+    ) -> None:
+        self._app = app
+        self.public = public
+        self._fill_client = fill_client_address
+        self._timeout_s = timeout_s
+        self._max_bytes = max_bytes
+        self._devices = devices
+        # Where the site is mounted (the requests' ``root_path``, as the adapter last saw it): fills are
+        # called as mounted, or a site under /blog answers /blog/post with its 404.
+        self.root_path = ""
+
+    @classmethod
+    def for_gate(
+        cls, app: ASGIApp, settings: Settings, public: PublicSite | None, devices: DeviceClasses
+    ) -> AsgiOrigin:
+        """The origin of a gate mounted around ``app``, as its settings say."""
+        return cls(
+            app,
+            public=public,
+            fill_client_address=settings.server.fill_client_address,
+            timeout_s=settings.cache.fill_timeout_seconds,
+            max_bytes=settings.l2.page_max_bytes,
+            devices=devices,
+        )
+
+    async def fetch_guest(
+        self, target: str, *, client: str | None = None, arrived_at: PublicSite | None = None
+    ) -> OriginResponse:
+        """GET ``target`` (a normalised path and query) as an anonymous guest of the public site.
+
+        ``client`` is the address of the visitor the fill is for; ``arrived_at`` the site the request
+        was sent to, used only when no public site is configured.
+        """
+        public = public_site(self.public or arrived_at, target)
+        try:
+            with anyio.fail_after(self._timeout_s):
+                return await self._call(target, public, fill_client(client, self._fill_client))
+        except TimeoutError as exc:
+            raise OriginTimeout(f"{target}: the site did not answer within {self._timeout_s:g} s") from exc
+
+    async def _call(self, target: str, public: PublicSite, client: str) -> OriginResponse:
+        url, user_agent = fill_target(target, self._devices)
+        raw_path, _, query = url.encode("latin-1", "replace").partition(b"?")
+        host, _, port = public.host.rpartition(":") if public.host.count(":") == 1 else (public.host, "", "")
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": public.scheme,
+            "path": unquote_to_bytes(raw_path).decode("utf-8", "replace"),
+            "raw_path": raw_path,
+            "query_string": query,
+            "root_path": self.root_path,
+            "headers": [
+                (name.encode(), value.encode("latin-1")) for name, value in fill_headers(public, client, user_agent)
+            ],
+            "client": (client, 0),
+            "server": (host, int(port) if port.isdigit() else (443 if public.scheme == "https" else 80)),
+            "state": {},
+            "extensions": {FILL_EXTENSION: {}},
+        }
+        body = GuestBody(target, self._max_bytes)
+        start: Message | None = None
+        request_sent = False
+        finished = anyio.Event()
+
+        async def receive() -> Message:
+            nonlocal request_sent
+            if not request_sent:
+                request_sent = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await finished.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start":
+                start = message
+            elif message["type"] == "http.response.body" and not finished.is_set():
+                body.add(message.get("body", b""))
+                if not message.get("more_body", False):
+                    finished.set()
+
+        try:
+            await self._app(scope, receive, send)
+        except OriginError:
+            raise
+        except Exception as exc:
+            raise _origin_error(target, exc) from exc
+        complete = finished.is_set()
+        finished.set()
+        if start is None:
+            raise OriginError(f"{target}: the site sent no response")
+        headers = ((name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in start["headers"])
+        return body.response(int(start["status"]), headers, finished=complete)
+
+
+class WsgiOrigin:
+    """Fetches guest pages from a WSGI app (synchronous; the deadline is the app server's to enforce)."""
+
+    def __init__(
+        self,
+        app: WSGIApplication,
+        *,
+        public: PublicSite | None,
+        fill_client_address: str = DEFAULT_FILL_CLIENT,
+        max_bytes: int,
+        devices: DeviceClasses | None = None,
+        threads_from_loop: int = 2,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self._app = app
+        self.public = public
+        self._fill_client = fill_client_address
+        self._max_bytes = max_bytes
+        self._devices = devices
+        self._timeout_s = timeout_s
+        # Where the site is mounted (the requests' SCRIPT_NAME, as the adapter last saw it): see AsgiOrigin.
+        self.script_name = ""
+        self._from_loop = ThreadPoolExecutor(max_workers=threads_from_loop, thread_name_prefix="crawlergate-wsgi-fetch")
+
+    @classmethod
+    def for_gate(
+        cls, app: WSGIApplication, settings: Settings, public: PublicSite | None, devices: DeviceClasses
+    ) -> WsgiOrigin:
+        """The origin of a gate mounted around ``app``, as its settings say."""
+        return cls(
+            app,
+            public=public,
+            fill_client_address=settings.server.fill_client_address,
+            max_bytes=settings.l2.page_max_bytes,
+            devices=devices,
+            threads_from_loop=settings.regenerate.concurrency,
+            timeout_s=settings.cache.fill_timeout_seconds,
+        )
+
+    async def fetch_guest_from_loop(self, target: str, *, arrived_at: PublicSite | None) -> OriginResponse:
+        """``fetch_guest`` for an event loop (regeneration), in a thread of its own pool: a site that hangs keeps
+        that thread, never the caller, which gets OriginTimeout after ``timeout_s``."""
+        call = functools.partial(self.fetch_guest, target, client=None, arrived_at=arrived_at)
+        answer = asyncio.get_running_loop().run_in_executor(self._from_loop, call)
+        try:
+            return await asyncio.wait_for(answer, self._timeout_s)
+        except TimeoutError:
+            raise OriginTimeout(f"{target}: the site did not answer in time") from None
+
+    def close(self) -> None:
+        self._from_loop.shutdown(wait=False, cancel_futures=True)
+
+    def fetch_guest(
+        self, target: str, *, client: str | None = None, arrived_at: PublicSite | None = None
+    ) -> OriginResponse:
+        """GET ``target`` as an anonymous guest of the public site (see AsgiOrigin.fetch_guest)."""
+        public = public_site(self.public or arrived_at, target)
+        address = fill_client(client, self._fill_client)
+        url, user_agent = fill_target(target, self._devices)
+        raw_path, _, query = url.partition("?")
+        name, _, port = public.host.rpartition(":") if public.host.count(":") == 1 else (public.host, "", "")
+        script_name, path_info = _mounted(self.script_name, unquote_to_bytes(raw_path).decode("latin-1"))
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": "GET",
+            "SCRIPT_NAME": script_name,
+            "PATH_INFO": path_info,
+            "QUERY_STRING": query,
+            "RAW_URI": url,
+            "SERVER_NAME": name,
+            "SERVER_PORT": port or ("443" if public.scheme == "https" else "80"),
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": address,
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": public.scheme,
+            "wsgi.input": io.BytesIO(b""),
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": True,
+            "wsgi.run_once": False,
+            FILL_EXTENSION: True,
+        }
+        for header, value in fill_headers(public, address, user_agent):
+            environ["HTTP_" + header.upper().replace("-", "_")] = value
+        started: list[tuple[str, list[tuple[str, str]]]] = []
+        body = GuestBody(target, self._max_bytes)
+
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], Any]:
+            started[:] = [(status, headers)]
+            return body.add
+
+        result: Iterable[bytes] | None = None
+        try:
+            result = self._app(environ, start_response)
+            for chunk in result:
+                body.add(chunk)
+        except OriginError:
+            raise
+        except Exception as exc:
+            raise OriginError(f"{target}: the site raised {type(exc).__name__}: {exc}") from exc
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+        if not started:
+            raise OriginError(f"{target}: the site sent no response")
+        status, headers = started[0]
+        return body.response(int(status.split(" ", 1)[0]), ((name.lower(), value) for name, value in headers))
+
+
+def _mounted(script_name: str, path: str) -> tuple[str, str]:
+    """SCRIPT_NAME and PATH_INFO of ``path`` for an app mounted at ``script_name`` (PEP 3333)."""
+    if script_name and (path == script_name or path.startswith(script_name + "/")):
+        return script_name, path[len(script_name) :]
+    return "", path
+
+
+def _origin_error(target: str, exc: Exception) -> OriginError:
+    """What an app's exception means for a fill: an OriginError of ours raised inside a task group (the proxy
+    streams in one, and the size limit is enforced as the body arrives) is that error, not the site's."""
+    if isinstance(exc, ExceptionGroup):
+        ours, _ = exc.split(OriginError)
+        if ours is not None:
+            first = ours.exceptions[0]
+            return first if isinstance(first, OriginError) else _origin_error(target, first)
+    return OriginError(f"{target}: the site raised {type(exc).__name__}: {exc}")

@@ -1,0 +1,59 @@
+"""The gate's figures: the ``stats`` JSON and the Prometheus text, gathered from its parts.
+
+The counters are the metrics'; beside them the valve's state, the judge's evidence, L1 and L2 usage,
+the pages marked changed, and the regeneration's figures when the gate regenerates.
+
+    figures = GateFigures(core, regeneration=job)   # wiring.py
+    figures.stats()["crawler"]["hit_ratio"]
+"""
+
+from __future__ import annotations
+
+from crawlergate.gate.engine import GateCore
+from crawlergate.regenerate.schedule import OffPeakJob
+
+
+class GateFigures:
+    """What ``stats`` and ``metrics`` report for one gate (``regeneration`` adds its section)."""
+
+    def __init__(self, core: GateCore, *, regeneration: OffPeakJob | None = None) -> None:
+        self.core = core
+        self.regeneration = regeneration
+
+    def stats(self) -> dict[str, object]:
+        core = self.core
+        data = core.metrics.snapshot()
+        data["valve"] = {**core.valve.status(), "refused": data.pop("refused")}
+        data["evidence"] = {
+            **data["evidence"],
+            "verified_claimants": core.judge.verified_claimants(data["families"]),
+            **core.judge.status(),
+        }
+        data["dirty"] = self.dirty_count()
+        data.update(core.cache.usage())
+        if self.regeneration is not None:
+            data["regeneration"] = self.regeneration.status()
+        return data
+
+    def dirty_count(self) -> int:
+        """Marked pages the cache still holds (an evicted page's mark stays in the catalogue until it returns); a
+        page another worker stored may not be in this worker's L2 index yet: its file says."""
+        catalogue, l2 = self.core.dirty, self.core.cache.l2
+        catalogue.refresh(wait=False)
+        return sum(1 for digest in catalogue.dirty_digests() if l2.contains(digest) or l2.path_for(digest).exists())
+
+    def prometheus(self) -> str:
+        core = self.core
+        gauges: dict[str, float] = {
+            "crawlergate_l2_pages": len(core.cache.l2),
+            "crawlergate_l2_bytes": core.cache.l2.used_bytes,
+            "crawlergate_dirty_pages": self.dirty_count(),
+            # This process's: the valve is per process, as its count of requests in flight is.
+            "crawlergate_valve_shedding": float(core.valve.shedding()),
+            "crawlergate_origin_in_flight": core.valve.in_flight,
+        }
+        counters: dict[str, tuple[str, int]] = {}
+        if self.regeneration is not None:
+            more_gauges, counters = self.regeneration.prometheus()
+            gauges |= more_gauges
+        return core.metrics.prometheus(gauges, counters)

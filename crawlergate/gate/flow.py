@@ -1,0 +1,345 @@
+"""The crawler flow: a request's way through the gate, as plain values, free of I/O.
+
+h11's shape: the protocol decides, the caller does the I/O. For a crawler's cacheable page,
+``CrawlerFlow.answer`` is a generator that walks L1 → L2 → the device copy → the demand note →
+serve or fill → spare the site → fill → the answer. Wherever it needs the world it yields a step,
+and the adapter sends back what the step gave:
+
+- ``Lookup(key)``: the stored copy, L1 then L2 (a ``CacheHit``, or None);
+- ``Fill(key)``: a guest sub-request through the filler (a ``FillResult``);
+- ``Blocking(work)``: work that may wait on the disk (a worker thread on an event loop, inline in a
+  thread); its result;
+- ``Background(work)``: work off the response path (the adapter schedules it and sends None at once).
+
+The generator returns the ``Answer`` to send, or None: pass the request to the site. A request passed
+to the site is watched by a ``Passing``, whose hooks the adapter calls as the site answers; it marks the
+answer, samples the valve, counts, logs, and names the prefetch or the write rule's marks to run after.
+The ASGI and WSGI middlewares (and through the first the proxy) differ only in how they run the steps.
+
+    flow = CrawlerFlow(core, invalidation, access_log)
+    steps = flow.answer(request, decision)
+    reply = None
+    while True:
+        step = steps.send(reply)   # StopIteration carries the Answer
+        ...
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from crawlergate.cache import CacheHit
+from crawlergate.errors import OriginTimeout
+from crawlergate.gate.accesslog import AccessLog
+from crawlergate.gate.answer import INLINE_PAGE_BYTES, Response, accepts_gzip, page_response, plain_response
+from crawlergate.gate.engine import GateCore
+from crawlergate.gate.fill import FillResult
+from crawlergate.gate.invalidate import Invalidation
+from crawlergate.gate.origin import OriginResponse, PageTooLarge
+from crawlergate.gate.request import Decision, Request, RequestHeaders, Route
+from crawlergate.gate.writes import FORM_TYPES, form_fields
+from crawlergate.keys import CacheKey
+from crawlergate.page import Page
+
+# Fills after which a stored copy of any age is better than what the site sent.
+_FAILED_FILL = ("origin-error", "incomplete", "empty", "redirect-to-self")
+# Answer headers that belong to the guest fill alone, never handed to a crawler.
+_PER_RESPONSE_HEADERS = ("content-length", "transfer-encoding", "connection", "content-encoding", "set-cookie")
+_HIT = {"l1": (b"l1-hit", "l1-hit"), "l2": (b"l2-hit", "l2-hit")}
+# The mark of an answer the site gave (as ASGI and as WSGI headers).
+PASS_HEADER = (b"x-crawlergate", b"pass")
+PASS_HEADER_TEXT = ("X-Crawlergate", "pass")
+_SET_COOKIE = (b"set-cookie", "set-cookie")
+_LOCATION = (b"location", "location")
+
+
+@dataclass(slots=True)
+class Lookup:
+    """Read the stored copy of ``key``: L1, then L2; send back the CacheHit or None."""
+
+    key: CacheKey
+
+
+@dataclass(slots=True)
+class Fill:
+    """Fetch ``key`` from the site as a guest for the visitor at ``client``, through the filler; send back the
+    FillResult."""
+
+    key: CacheKey
+    client: str | None
+
+
+@dataclass(slots=True)
+class Blocking:
+    """Run ``work``, which may wait on the disk, off an event loop; send back what it returned."""
+
+    work: Callable[[], Any]
+
+
+@dataclass(slots=True)
+class Background:
+    """Run ``work`` off the response path; send back None at once."""
+
+    work: Callable[[], object]
+
+
+Step = Lookup | Fill | Blocking | Background
+
+
+@dataclass(slots=True)
+class Answer:
+    """What the gate answers itself: the response, its outcome (as counted; empty: not counted) and the
+    origin time a hit saved."""
+
+    response: Response
+    outcome: str
+    saved_ms: float = 0.0
+
+
+Steps = Generator[Step, Any, Answer | None]
+
+
+class StepRunner(Protocol):
+    """How an adapter performs the flow's steps (``context`` is its request: a scope, an environ)."""
+
+    async def lookup(self, key: CacheKey) -> CacheHit | None: ...
+
+    async def fill(self, key: CacheKey, client: str | None, context: Any) -> FillResult: ...
+
+    async def blocking(self, work: Callable[[], Any]) -> Any: ...
+
+    def background(self, work: Callable[[], object]) -> None: ...
+
+
+async def run(steps: Steps, runner: StepRunner, context: Any) -> Answer | None:
+    """Perform the flow's steps until it answers: the Answer, or None to pass the request to the site."""
+    reply: Any = None
+    while True:
+        try:
+            step = steps.send(reply)
+        except StopIteration as finished:
+            answer: Answer | None = finished.value
+            return answer
+        if isinstance(step, Lookup):
+            reply = await runner.lookup(step.key)
+        elif isinstance(step, Fill):
+            reply = await runner.fill(step.key, step.client, context)
+        elif isinstance(step, Blocking):
+            reply = await runner.blocking(step.work)
+        else:
+            runner.background(step.work)
+            reply = None
+
+
+def run_blocking(steps: Steps, runner: StepRunner, context: Any) -> Answer | None:
+    """``run`` for a thread: a runner whose steps block, and never suspend, runs it to the end in one send."""
+    running = run(steps, runner, context)
+    try:
+        running.send(None)
+    except StopIteration as finished:
+        answer: Answer | None = finished.value
+        return answer
+    running.close()
+    raise RuntimeError("a blocking step runner suspended")
+
+
+class CrawlerFlow:
+    """The sequence of one gate's requests (its core, invalidation and access log)."""
+
+    def __init__(self, core: GateCore, invalidation: Invalidation, access_log: AccessLog | None) -> None:
+        self.core = core
+        self.invalidation = invalidation
+        self.access_log = access_log
+        self.cache = core.cache
+        self.metrics = core.metrics
+        self.writes = core.writes
+
+    def answer(self, request: Request, decision: Decision) -> Steps:
+        """The answer the gate gives itself (None: the site answers, as for every request routed to PASS)."""
+        route = decision.route
+        if route is Route.PASS:
+            return None
+        if route is Route.CACHE:
+            return (yield from self._from_cache(request, decision))
+        if route is Route.PURGE:
+            purge = self.invalidation.purge
+            response = yield Blocking(functools.partial(purge, request.peer, request.headers, request.raw_path,
+                                                        request.query))  # fmt: skip
+            return Answer(response, "")
+        if route is Route.DENY:
+            return Answer(self.core.deny(), "denied")
+        return Answer(plain_response(414, b"URI Too Long\n", outcome=b"pass"), "pass")
+
+    def finish(self, request: Request, decision: Decision, answer: Answer, started: float) -> None:
+        """Count an answer the gate gave itself, once sent, and log it."""
+        if not answer.outcome:
+            return
+        verdict = decision.verdict
+        ttfb_ms = self.metrics.record_for(verdict, answer.outcome, started, answer.saved_ms)
+        if self.access_log is not None:
+            status, _, body = answer.response
+            self.access_log.log(request, status, len(body), ttfb_ms, answer.outcome, verdict, decision.reasons)
+
+    def passing(self, request: Request, decision: Decision, started: float) -> Passing:
+        """Watch a request on its way to the site (the valve counts it in flight from now)."""
+        return Passing(self, request, decision, started)
+
+    def _from_cache(self, request: Request, decision: Decision) -> Steps:
+        core = self.core
+        key = decision.key
+        assert key is not None
+        method, headers = request.method, decision.headers
+        found = yield Lookup(key)
+        variant = core.variant_for(key, found.page if found is not None else None, headers)
+        if variant is not None:  # the site serves each device its own page: this device's copy
+            key = variant
+            found = yield Lookup(key)
+        now = core.clock()
+        if core.note_demand(key, now):
+            yield Background(core.dirty.upkeep)
+        step = core.serve_or_fill(key, found, now)
+        if isinstance(step, CacheHit):
+            header, outcome = _HIT[step.level]
+            response = yield from self._render(step.page, method, headers, header, now)
+            return Answer(response, outcome, step.page.generation_ms)
+        spared = core.spare_site(decision, step.stale, method, headers)
+        if spared is not None:
+            return Answer(*spared)
+        client = core.trusted.client(request.peer, request.headers)
+        filled = yield Fill(key, client)
+        variant = core.variant_for(key, filled.result, headers) if isinstance(filled.result, Page) else None
+        if variant is not None:  # the page turned out to vary by device: fill this device's copy too
+            key = variant
+            filled = yield Fill(key, client)
+        return (yield from self._after_fill(key, filled, step.stale, method, headers))
+
+    def _after_fill(
+        self, key: CacheKey, filled: FillResult, stale: Page | None, method: str, headers: RequestHeaders
+    ) -> Steps:
+        """The crawler's answer once a fill is over; None: ask the site live.
+
+        Stale beats down: when the site failed, or sent half a page, an L2 copy of any age is served.
+        A redirect to the URL itself is never handed to a crawler from a fill: the live site answers
+        the crawler's own request, which carries its real scheme.
+        """
+        result, error = filled.result, filled.error
+        if isinstance(error, PageTooLarge):
+            return None
+        if isinstance(result, Page):
+            return Answer((yield from self._render(result, method, headers, b"miss", None)), "miss")
+        if result is None or any(result.has(reason) for reason in _FAILED_FILL):
+            if stale is None:
+                stale = yield Blocking(functools.partial(self.cache.stale_copy, key))
+            if stale is not None:
+                return Answer((yield from self._render(stale, method, headers, b"stale", self.core.clock())), "stale")
+        if result is None or result.has("incomplete"):
+            status = 504 if isinstance(error, OriginTimeout) else 502
+            return Answer(plain_response(status, b"The site did not answer.\n", outcome=b"miss"), "error")
+        if result.has("redirect-to-self"):
+            return None
+        response = result.response
+        return Answer((response.status, origin_headers(response), b"" if method == "HEAD" else response.body), "miss")
+
+    def _render(
+        self, page: Page, method: str, headers: RequestHeaders, outcome: bytes, now: float | None
+    ) -> Generator[Step, Any, Response]:
+        """``page`` as the answer to this request; decompressing a large page for a client without gzip is
+        work for a thread (an 8 MB page takes tens of milliseconds)."""
+        if len(page.body_gz) > INLINE_PAGE_BYTES // 4 and not accepts_gzip(headers.accept_encoding):
+            response: Response = yield Blocking(
+                functools.partial(page_response, page, method, headers, outcome=outcome, now=now)
+            )
+            return response
+        return page_response(page, method, headers, outcome=outcome, now=now)
+
+
+class Passing:
+    """A request on its way to the site: the adapter calls ``answered`` at the answer's head, ``body`` for each
+    piece sent, and ``done`` once it is all sent (``left`` when it ends otherwise)."""
+
+    __slots__ = ("_flow", "request", "decision", "started", "status", "location", "sent", "ttfb_ms", "form", "_in")
+
+    def __init__(self, flow: CrawlerFlow, request: Request, decision: Decision, started: float) -> None:
+        self._flow = flow
+        self.request = request
+        self.decision = decision
+        self.started = started
+        self.status = 0
+        self.location = b""
+        self.sent = 0
+        self.ttfb_ms = -1.0
+        # The first bytes of a form the write rules read (the adapter keeps them as the site reads the body).
+        self.form: bytearray | None = None
+        self._in = True
+        flow.core.valve.entered()
+
+    def wants_form(self, content_type: Callable[[], bytes]) -> bool:
+        """Whether the write rules read this request's form (its ``content_type`` is asked only then): the adapter
+        keeps a copy of the body in ``form`` when True."""
+        request, writes = self.request, self._flow.writes
+        if request.method not in writes.methods or not writes.wants_form(request.method, request.path):
+            return False
+        return content_type().lower().startswith(FORM_TYPES)
+
+    def answered(self, status: int, headers: Iterable[tuple[bytes, bytes]] | Iterable[tuple[str, str]]) -> None:
+        """The site's answer begins: a page's speed for the valve; its cookie and Location noted."""
+        self.status = status
+        client = self.decision.client
+        for name, value in headers:
+            lowered = name.lower()
+            if lowered in _SET_COOKIE and client is not None:
+                self._flow.core.judge.cookie_offered(client)
+                client = None
+            elif lowered in _LOCATION:
+                self.location = value if isinstance(value, bytes) else value.encode("latin-1")
+        key = self.decision.key
+        if key is not None and status < 500:  # a page's speed (not a static file's, nor an error's)
+            self._flow.core.valve.sample((time.perf_counter() - self.started) * 1000, key.digest)
+
+    def body(self, size: int) -> None:
+        """A piece of the body goes out (the first one is the time to first byte)."""
+        if self.ttfb_ms < 0:
+            self.ttfb_ms = self._flow.metrics.record_for(self.decision.verdict, "pass", self.started)
+        self.sent += size
+
+    def done(self) -> Callable[[], object] | None:
+        """The answer is sent whole: counted and logged; returns the work to run in the background after it (a
+        human's prefetch, or the write rules' marks after a successful unsafe request)."""
+        flow, decision, request = self._flow, self.decision, self.request
+        if self.ttfb_ms < 0:
+            self.body(0)
+        self.left()
+        flow.metrics.add_origin_time(decision.kind, (time.perf_counter() - self.started) * 1000)
+        if flow.access_log is not None:
+            flow.access_log.log(request, self.status, self.sent, self.ttfb_ms, "pass", decision.verdict,
+                                decision.reasons)  # fmt: skip
+        key = decision.key
+        if key is not None and flow.core.should_prefetch(decision, self.status):
+            # Most human views are of pages L1 already holds: with the embedded L1 that is settled here.
+            return None if flow.cache.touch_local_l1(key) else functools.partial(flow.cache.prefetch, key)
+        if request.method in flow.writes.methods and 200 <= self.status < 400:
+            fields = form_fields(bytes(self.form)) if self.form is not None else None
+            after_write = flow.invalidation.after_write
+            return functools.partial(after_write, request.method, request.path, request.query, fields, self.location)
+        return None
+
+    def left(self) -> None:
+        """The request is no longer in flight at the site (answered, failed or abandoned)."""
+        if self._in:
+            self._in = False
+            self._flow.core.valve.left()
+
+
+def origin_headers(response: OriginResponse) -> list[tuple[bytes, bytes]]:
+    """A guest response's headers as sent on to a crawler that asked for an unstored page (no cookies)."""
+    headers = [
+        (name.encode("latin-1"), value.encode("latin-1"))
+        for name, value in response.headers
+        if name not in _PER_RESPONSE_HEADERS
+    ]
+    headers += [(b"content-length", b"%d" % len(response.body)), (b"x-crawlergate", b"miss")]
+    return headers

@@ -1,0 +1,173 @@
+"""The crawler flow on its own: no server, no interface. A runner of a dozen lines performs its steps with the
+gate's real stores and filler, in front of a site function; what the flow asks for, step by step, is the
+contract the ASGI and WSGI adapters drive (test_engine.py runs the same decisions through both)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crawlergate.cache import CacheHit
+from crawlergate.config import CacheSettings, L2Settings, Settings
+from crawlergate.errors import OriginError
+from crawlergate.gate.fill import FillResult
+from crawlergate.gate.flow import Answer, Blocking, Fill, Lookup, run_blocking
+from crawlergate.gate.origin import OriginResponse
+from crawlergate.gate.request import Request, Route
+from crawlergate.keys import CacheKey
+from crawlergate.wiring import GateRuntime
+from tests.conftest import FIREFOX
+
+GOOGLEBOT = [(b"user-agent", b"Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)")]
+PERSON = [(name.encode(), value.encode()) for name, value in FIREFOX.items()]
+PAGE = b"<p>thread 1</p>" + b"post " * 300
+
+
+@dataclass
+class Site:
+    """The origin: a function of the target; ``down`` makes every fetch fail."""
+
+    fetched: list[str] = field(default_factory=list)
+    down: bool = False
+
+    def fetch(self, target: str) -> OriginResponse:
+        self.fetched.append(target)
+        if self.down:
+            raise OriginError(f"{target}: refused")
+        return OriginResponse(200, (("content-type", "text/html"),), PAGE)
+
+
+class Runner:
+    """Performs the flow's steps in the calling thread, and remembers which it was asked for."""
+
+    def __init__(self, runtime: GateRuntime, site: Site) -> None:
+        self.runtime, self.site = runtime, site
+        self.steps: list[str] = []
+        self.background_work: list[Callable[[], object]] = []
+
+    async def lookup(self, key: CacheKey) -> CacheHit | None:
+        self.steps.append(Lookup.__name__)
+        return self.runtime.core.cache.lookup(key)
+
+    async def fill(self, key: CacheKey, client: str | None, context: Any) -> FillResult:
+        self.steps.append(Fill.__name__)
+        return self.runtime.filler.fill_blocking(key, lambda: self.site.fetch(key.target))
+
+    async def blocking(self, work: Callable[[], Any]) -> Any:
+        self.steps.append(Blocking.__name__)
+        return work()
+
+    def background(self, work: Callable[[], object]) -> None:
+        self.background_work.append(work)  # the catalogue's upkeep, when due: not part of the answer
+
+
+class Clock:
+    now = 2_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Any:
+    clock = Clock()
+    settings = Settings(
+        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
+        cache=CacheSettings(sites=("demo-forum",), ttl_seconds=3600, max_stale_seconds=600, fill_timeout_seconds=2),
+    )
+    site = Site()
+
+    async def not_regenerated(key: CacheKey) -> OriginResponse:
+        raise AssertionError("no regeneration in these tests")
+
+    runtime = GateRuntime(settings, fetch_for_regeneration=not_regenerated, clock=clock)
+    runtime.start()
+    yield runtime, site, clock
+    runtime.close()
+
+
+def ask(runtime: GateRuntime, site: Site, target: str, headers: list[tuple[bytes, bytes]], method: str = "GET"):
+    """One request through the flow: its route, the steps it asked for, and its answer (None: pass)."""
+    path, _, query = target.partition("?")
+    request = Request(method, path, path.encode(), query.encode(), headers, "203.0.113.9")
+    decision = runtime.core.decide(request)
+    runner = Runner(runtime, site)
+    answer = run_blocking(runtime.flow.answer(request, decision), runner, None)
+    if answer is not None:
+        runtime.flow.finish(request, decision, answer, time.perf_counter())
+    return decision.route, runner.steps, answer
+
+
+def outcome(answer: Answer | None) -> str:
+    assert answer is not None
+    return dict(answer.response[1])[b"x-crawlergate"].decode()
+
+
+def test_flow_crawler_miss_then_hit_and_head(gate: Any) -> None:
+    runtime, site, _ = gate
+    route, steps, miss = ask(runtime, site, "/showthread.php?t=1", GOOGLEBOT)
+    assert route is Route.CACHE and steps == ["Lookup", "Fill"] and outcome(miss) == "miss"
+    _, steps, hit = ask(runtime, site, "/showthread.php?t=1&utm_source=x", GOOGLEBOT)  # tracking dropped
+    assert steps == ["Lookup"] and outcome(hit) == "l1-hit" and hit is not None and hit.response[2] == miss.response[2]
+    _, _, head = ask(runtime, site, "/showthread.php?t=1", GOOGLEBOT, method="HEAD")
+    assert head is not None and head.response[2] == b"" and site.fetched == ["/showthread.php?t=1"]
+    stats = runtime.figures.stats()
+    assert sum(stats[kind]["l1_hits"] for kind in ("crawler", "suspect")) == 2  # counted once sent, as a claimant
+
+
+def test_flow_people_sessions_and_too_long_targets(gate: Any) -> None:
+    runtime, site, _ = gate
+    ask(runtime, site, "/showthread.php?t=2", GOOGLEBOT)
+    assert ask(runtime, site, "/showthread.php?t=2", PERSON) == (Route.PASS, [], None)
+    member = [*GOOGLEBOT, (b"cookie", b"sessionid=4.abc")]
+    assert ask(runtime, site, "/showthread.php?t=2", member) == (Route.PASS, [], None)
+    route, steps, too_long = ask(runtime, site, "/showthread.php?t=" + "9" * 9000, GOOGLEBOT)
+    assert route is Route.TOO_LONG and steps == [] and too_long is not None and too_long.response[0] == 414
+
+
+def test_flow_stale_beats_down_and_a_failed_miss_is_an_error(gate: Any) -> None:
+    runtime, site, clock = gate
+    ask(runtime, site, "/showthread.php?t=3", GOOGLEBOT)
+    site.down = True
+    clock.now += 3600 + 601  # expired, and staler than max_stale: a fill is due
+    _, steps, stale = ask(runtime, site, "/showthread.php?t=3", GOOGLEBOT)
+    assert steps == ["Lookup", "Fill"] and outcome(stale) == "stale"
+    _, steps, missing = ask(runtime, site, "/showthread.php?t=4", GOOGLEBOT)
+    # No stored copy to fall back on: the flow asks for the disk's stale copy before giving up.
+    assert steps == ["Lookup", "Fill", "Blocking"] and missing is not None and missing.response[0] == 502
+
+
+def test_flow_marked_pages_are_served_until_too_stale(gate: Any) -> None:
+    runtime, site, clock = gate
+    ask(runtime, site, "/showthread.php?t=5", GOOGLEBOT)
+    assert runtime.invalidation.mark_changed("/showthread.php?t=5") == 1
+    clock.now += 300
+    assert outcome(ask(runtime, site, "/showthread.php?t=5", GOOGLEBOT)[2]) == "l1-hit"
+    clock.now += 301
+    assert outcome(ask(runtime, site, "/showthread.php?t=5", GOOGLEBOT)[2]) == "miss"
+
+
+def test_flow_a_persons_view_of_a_stored_page_and_a_write_are_followed_up(gate: Any) -> None:
+    runtime, site, _ = gate
+    ask(runtime, site, "/showthread.php?t=8", GOOGLEBOT)
+    runtime.core.cache.l1.delete(runtime.core.keys.key_for(b"/showthread.php", b"t=8").digest)
+    view = Request("GET", "/showthread.php", b"/showthread.php", b"t=8", PERSON, "203.0.113.9")
+    passing = runtime.flow.passing(view, runtime.core.decide(view), time.perf_counter())
+    passing.answered(200, [(b"content-type", b"text/html")])
+    passing.body(100)
+    prefetch = passing.done()
+    assert prefetch is not None and prefetch() is True  # L2's copy is back in L1
+
+    session = [*PERSON, (b"cookie", b"sessionid=4.abc")]
+    reply = Request("POST", "/newreply.php", b"/newreply.php", b"", session, "203.0.113.9")
+    passing = runtime.flow.passing(reply, runtime.core.decide(reply), time.perf_counter())
+    assert passing.wants_form(lambda: b"application/x-www-form-urlencoded")
+    passing.form = bytearray(b"t=8&message=hello")
+    passing.answered(303, [(b"location", b"/showthread.php?t=8")])
+    mark = passing.done()
+    assert mark is not None and mark() >= 1 and runtime.figures.stats()["dirty"] == 1

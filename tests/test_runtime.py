@@ -1,0 +1,117 @@
+"""One runtime starts and closes a gate, whichever path runs it: the ASGI lifespan (as `serve` runs it, through
+uvicorn), the WSGI adapter's close(), `warm` and `regenerate`. Each must close every part it opened."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from crawlergate import CrawlerGateMiddleware, CrawlerGateWSGI, create_app
+from crawlergate.adapters import proxy
+from crawlergate.cli import main
+from crawlergate.config import L2Settings, LogSettings, RegenerateSettings, ServerSettings, Settings
+from crawlergate.demo.forum import create_forum
+from crawlergate.demo.seed import seed_database
+from crawlergate.wiring import GateRuntime
+from tests.conftest import ServerThread
+
+pytestmark = pytest.mark.e2e
+GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
+
+
+def open_parts(runtime: GateRuntime) -> list[str]:
+    """The parts of ``runtime`` still open."""
+    parts = {
+        "filler pool": not runtime.filler._pool._shutdown,  # type: ignore[attr-defined]
+        "access log": runtime.access_log is not None and runtime.access_log._thread is not None,
+        "page catalogue": runtime.core.dirty._connection is not None,
+        "regeneration records": runtime.regeneration.state._connection is not None,
+        "scheduler": runtime.scheduler is not None,
+    }
+    return [name for name, still_open in parts.items() if still_open]
+
+
+@pytest.fixture
+def forum(tmp_path: Path) -> Iterator[ServerThread]:
+    db = tmp_path / "forum.sqlite3"
+    seed_database(db, threads=20, seed=3)
+    server = ServerThread(create_forum(db, threads=20, seed=3)).start()
+    yield server
+    server.stop()
+
+
+def _settings(tmp_path: Path, **server: Any) -> Settings:
+    return Settings(
+        server=ServerSettings(**server),
+        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
+        log=LogSettings(access_log=str(tmp_path / "access.log")),
+        regenerate=RegenerateSettings(enabled=True),
+    )
+
+
+def test_runtime_the_asgi_lifespan_closes_every_part(forum: ServerThread, tmp_path: Path) -> None:
+    gate = create_app(_settings(tmp_path, origin=forum.url))
+    server = ServerThread(gate).start()
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            assert client.get("/showthread.php?t=1", headers=GOOGLEBOT).status_code == 200
+        assert open_parts(gate.runtime) == ["filler pool", "access log", "page catalogue", "scheduler"]
+    finally:
+        server.stop()
+    assert open_parts(gate.runtime) == []
+
+
+def test_runtime_a_mounted_asgi_gate_closes_every_part(forum: ServerThread, tmp_path: Path) -> None:
+    gate = CrawlerGateMiddleware(forum.server.config.app, settings=_settings(tmp_path))
+    server = ServerThread(gate).start()
+    with httpx.Client(base_url=server.url) as client:
+        assert client.get("/showthread.php?t=1", headers=GOOGLEBOT).status_code == 200
+    server.stop()
+    assert open_parts(gate.runtime) == []
+
+
+def test_runtime_the_wsgi_close_closes_every_part(tmp_path: Path) -> None:
+    def site(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/html")])
+        return [b"<p>hello</p>" * 100]
+
+    gate = CrawlerGateWSGI(site, settings=_settings(tmp_path))
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/t/1",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "80",
+        "wsgi.url_scheme": "http",
+        "REMOTE_ADDR": "127.0.0.1",
+        "HTTP_USER_AGENT": GOOGLEBOT["user-agent"],
+    }
+    body = gate(environ, lambda status, headers, exc_info=None: None)
+    assert b"hello" in b"".join(body)
+    assert "scheduler" in open_parts(gate.runtime)
+    gate.close()
+    assert open_parts(gate.runtime) == []
+
+
+def test_runtime_warm_and_regenerate_close_every_part(
+    forum: ServerThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[CrawlerGateMiddleware] = []
+
+    def remembered(settings: Settings) -> CrawlerGateMiddleware:
+        built.append(create_app(settings))
+        return built[-1]
+
+    monkeypatch.setattr(proxy, "create_app", remembered)
+    urls = tmp_path / "urls.txt"
+    urls.write_text("/showthread.php?t=1\n/showthread.php?t=2\n")
+    where = ["--origin", forum.url, "--cache-dir", str(tmp_path / "l2")]
+    assert main(["warm", "--urls", str(urls), *where]) == 0
+    assert main(["regenerate", "--all", *where]) == 0
+    assert len(built) == 2
+    for gate in built:
+        assert open_parts(gate.runtime) == []
+        assert gate.app._transport._open == set()  # type: ignore[attr-defined]  # the origin's connections too
