@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from crawlergate.errors import ConfigError
+from crawlergate.rules import default_rules_dir
 
 ENV_PREFIX = "CRAWLERGATE_"
 # The config file's path, when no --config is given (how `serve --workers N` hands it to its workers).
@@ -32,111 +33,13 @@ CONFIG_PATH_VARIABLE = "CRAWLERGATE_CONFIG"
 # A whole Settings, serialised: how `serve` hands its settings to worker processes and the demo to its gate.
 SETTINGS_VARIABLE = "CRAWLERGATE_SETTINGS_JSON"
 
-# Session cookies of the common frameworks (PHP, Java servlets, Django, Rails, Laravel, Express,
-# ASP.NET, WordPress, phpBB, vBulletin, Discourse); a trailing * matches a name prefix.
-DEFAULT_SESSION_COOKIES = (
-    "PHPSESSID",
-    "JSESSIONID",
-    "sessionid",
-    "session",
-    "_session_id",
-    "laravel_session",
-    "connect.sid",
-    "ASP.NET_SessionId",
-    "wordpress_logged_in_*",
-    "phpbb3_*_sid",
-    "bbsessionhash",
-    "_forum_session",
-    "_t",
-    "trac_auth",
-    "trac_session",
-    "*_session",
-    "*Session",
-    "*UserID",
-    "*UserName",
-    "*Token",
-)
-
-# Cookies that do not mean a session (Varnish's usual cookie clean-up): analytics, advertising and
-# consent banners set them for every visitor, so they must not send a crawler to the live site.
-DEFAULT_IGNORED_COOKIES = (
-    "_ga",
-    "_ga_*",
-    "_gid",
-    "_gat*",
-    "_gcl_*",
-    "__utm*",
-    "_fbp",
-    "_fbc",
-    "_pk_*",
-    "_hj*",
-    "_clck",
-    "_clsk",
-    "_uetsid",
-    "_uetvid",
-    "_ttp",
-    "_scid",
-    "ajs_anonymous_id",
-    "mp_*_mixpanel",
-    "__hstc",
-    "__hssrc",
-    "__hssc",
-    "hubspotutk",
-    "__cf_bm",
-    "_cfuvid",
-    "cookieconsent*",
-    "cookielawinfo*",
-    "CookieConsent",
-    "OptanonConsent",
-    "OptanonAlertBoxClosed",
-    "euconsent*",
-    "cmplz_*",
-    "viewed_cookie_policy",
-)
-
-
-# Headers crawlers need, kept with a stored page: indexing directives, canonical and alternate links,
-# language, where a redirect goes (Location, Refresh), and the security headers a browser served from the cache needs.
-DEFAULT_STORED_HEADERS = (
-    "X-Robots-Tag",
-    "Link",
-    "Content-Language",
-    "Content-Location",
-    "Location",
-    "Refresh",
-    "Content-Disposition",
-    "Content-Security-Policy",
-    "X-Content-Type-Options",
-    "X-Frame-Options",
-    "Referrer-Policy",
-    "Permissions-Policy",
-    "Cross-Origin-Opener-Policy",
-    "Cross-Origin-Embedder-Policy",
-    "Cross-Origin-Resource-Policy",
-    "Strict-Transport-Security",
-    "Access-Control-Allow-Origin",
-)
-# Set per response or per connection, or rebuilt by the gate when it serves a stored page.
-NEVER_STORED_HEADERS = frozenset(
-    {
-        "set-cookie",
-        "date",
-        "server",
-        "age",
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "content-length",
-        "content-encoding",
-        "content-type",
-        "etag",
-        "last-modified",
-        "vary",
-        "cache-control",
-        "expires",
-        "x-crawlergate",
-    }
-)
+# The defaults of list settings are data in rules/defaults.toml.
+with open(default_rules_dir() / "defaults.toml", "rb") as _file:
+    _LISTS = tomllib.load(_file)
+DEFAULT_SESSION_COOKIES: tuple[str, ...] = tuple(_LISTS["cookies"]["session"])
+DEFAULT_IGNORED_COOKIES: tuple[str, ...] = tuple(_LISTS["cookies"]["ignored"])
+DEFAULT_STORED_HEADERS: tuple[str, ...] = tuple(_LISTS["headers"]["stored"])
+NEVER_STORED_HEADERS = frozenset(name.lower() for name in _LISTS["headers"]["never_stored"])
 
 
 @dataclass(frozen=True, slots=True)

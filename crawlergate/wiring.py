@@ -34,9 +34,11 @@ from crawlergate.gate.valve import OverloadValve
 from crawlergate.gate.writes import WriteRules
 from crawlergate.keys import CacheKey, KeyMaker
 from crawlergate.metrics import Metrics
+from crawlergate.regenerate.lease import Lease
 from crawlergate.regenerate.regenerator import Regenerator
-from crawlergate.regenerate.schedule import Lease, OffPeakJob, Scheduler, Window
+from crawlergate.regenerate.schedule import OffPeakJob, Scheduler
 from crawlergate.regenerate.state import RegenerationState
+from crawlergate.regenerate.window import Window
 from crawlergate.rules import load_site_profiles, rules_folder
 from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore

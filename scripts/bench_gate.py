@@ -18,7 +18,11 @@ with 32 connections. Pairs run alternately, `--rounds` times, and medians are re
 - gate-2ms:  the same site behind the gate (human pass-through; a person's browser headers, judged)
 - gate-2ms-unjudged: the same with the judge idle
 
-    python scripts/bench_gate.py [--seconds 10] [--rounds 3] [--connections 32]
+With ``--against DIR`` (a checkout of an earlier commit, e.g. ``git worktree add /tmp/before HEAD~3``)
+the gate cases also run as ``NAME@before`` with that checkout's code, alternating with today's, so a
+change is measured side by side in one run.
+
+    python scripts/bench_gate.py [--seconds 10] [--rounds 3] [--connections 32] [--against DIR]
 """
 
 from __future__ import annotations
@@ -172,6 +176,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--cases", help="only these cases, comma-separated (default: all)")
+    parser.add_argument("--against", help="also run the gate cases with the crawlergate of this checkout (NAME@before)")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--cache-dir", help=argparse.SUPPRESS)
@@ -205,6 +210,12 @@ def main() -> int:
         cases.insert(2, ("gate-mc", (GOOGLEBOT, ())))
     if args.cases:
         cases = [case for case in cases if case[0] in args.cases.split(",")]
+    if args.against:
+        if not (Path(args.against) / "crawlergate" / "__init__.py").is_file():
+            raise SystemExit(f"--against {args.against}: no crawlergate package there")
+        cases = [
+            twin for case in cases for twin in ([case, (case[0] + "@before", case[1])] if "gate" in case[0] else [case])
+        ]
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in cases}
     try:
         with tempfile.TemporaryDirectory() as cache_dir:
@@ -213,10 +224,12 @@ def main() -> int:
             for name, _ in cases:
                 ports[name] = free_port()
                 command = [
-                    sys.executable, __file__, "--serve", name, "--port", str(ports[name]),
+                    sys.executable, __file__, "--serve", name.removesuffix("@before"), "--port", str(ports[name]),
                     "--cache-dir", str(Path(cache_dir) / name), "--memcached", memcached,
                 ]  # fmt: skip
-                servers[name] = subprocess.Popen(command)
+                before = name.endswith("@before")
+                env = {**os.environ, "PYTHONPATH": str(Path(args.against).resolve())} if before else None
+                servers[name] = subprocess.Popen(command, env=env)
                 processes.append(servers[name])
             for name, (user_agent, headers) in cases:
                 wait_for(ports[name])
@@ -269,6 +282,11 @@ def main() -> int:
     if "gate-2ms" in median and "site-2ms" in median:
         print(f"human pass-through vs site: {ratio('gate-2ms', 'site-2ms')} of throughput, "
               f"p50 {median['gate-2ms']['p50_ms'] - median['site-2ms']['p50_ms']:+.2f} ms")  # fmt: skip
+    for name in median:
+        if name.endswith("@before"):
+            now = name.removesuffix("@before")
+            extra = median[now]["cpu_us"] - median[name]["cpu_us"]
+            print(f"{now}, this checkout vs --against: {ratio(now, name)} of throughput, CPU {extra:+.1f} µs a request")
     return 0
 
 

@@ -49,7 +49,7 @@ def test_layout_the_tools_take_only_the_shared_modules_from_the_gate(path: Path)
     assert not outside, f"{_module(path)} imports {sorted(outside)}"
 
 
-def test_layout_the_schedule_is_the_only_apscheduler_import() -> None:
+def test_layout_the_schedule_and_its_window_are_the_only_apscheduler_imports() -> None:
     importers = set()
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -57,7 +57,7 @@ def test_layout_the_schedule_is_the_only_apscheduler_import() -> None:
             names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
             if any(name.split(".")[0] == "apscheduler" for name in names):
                 importers.add(_module(path))
-    assert importers == {"crawlergate.regenerate.schedule"}
+    assert importers == {"crawlergate.regenerate.schedule", "crawlergate.regenerate.window"}
 
 
 @pytest.mark.parametrize("path", _files("gate"), ids=lambda path: _module(path))

@@ -41,9 +41,10 @@ from crawlergate.demo.seed import seed_database
 from crawlergate.errors import ConfigError
 from crawlergate.gate.dirty import PageCatalogue
 from crawlergate.page import Page
+from crawlergate.regenerate.lease import Lease
 from crawlergate.regenerate.regenerator import Selection
-from crawlergate.regenerate.schedule import Lease, Window, crontab_weekdays, quietest_hour
 from crawlergate.regenerate.state import RegenerationState
+from crawlergate.regenerate.window import Window, crontab_weekdays, quietest_hour
 from crawlergate.stores.disk import DiskStore
 from crawlergate.wiring import DIRTY_INDEX_FILE
 from tests.conftest import MemcachedServer, ServerThread

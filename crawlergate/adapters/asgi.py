@@ -1,6 +1,6 @@
 """CrawlerGateMiddleware: pure ASGI. Crawlers get cached guest pages; everyone else gets the site.
 
-The flow (DESIGN.md, "The request, end to end") is ``gate/flow.py``'s; this adapter performs its
+The request's way through the gate is ``gate/flow.py``'s; this adapter performs its
 steps on the event loop: L1 inline, L2 and other disk work in worker threads, fills through the
 filler with the wrapped app called in-process as the origin. Admin paths go to the admin
 endpoints; what passes reaches the site untouched (streaming preserved), watched by the flow.

@@ -1,4 +1,4 @@
-"""What every gate object offers, whichever interface runs it (DESIGN.md, "Python API").
+"""What every gate object offers, whichever interface runs it.
 
 gate.mark_changed("/showthread.php?t=12")
 gate.stats()["crawler"]["hit_ratio"]

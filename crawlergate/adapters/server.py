@@ -30,7 +30,7 @@ from crawlergate.config import Settings
 from crawlergate.errors import ConfigError
 from crawlergate.gate.accesslog import open_log
 from crawlergate.metrics import Metrics, clear_shared
-from crawlergate.regenerate.schedule import check_window
+from crawlergate.regenerate.window import check_window
 from crawlergate.suspect.judge import Judge
 from crawlergate.wiring import access_log_path, build_cache
 

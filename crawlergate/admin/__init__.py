@@ -1,1 +1,1 @@
-"""The admin endpoints under /_crawlergate/."""
+"""The admin endpoints under /_crawlergate/, the dashboard, and the figures they report."""

@@ -1,1 +1,2 @@
-"""The live gate: the crawler sequence (engine), guest fills, where pages come from, answers."""
+"""The live gate, free of any server interface: a request (request), its decision (engine), the crawler flow
+(flow), guest fills (fill, storable, origin), answers (answer), marking pages changed (invalidate, writes)."""

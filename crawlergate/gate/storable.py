@@ -41,7 +41,7 @@ NOT_STORED_REASONS = (
     "origin-error",  # the site failed, timed out or answered 5xx
 )
 
-# Statuses stored besides 200, each with its own lifetime (DESIGN.md, "Storable").
+# Statuses stored besides 200, each with its own lifetime.
 _REDIRECTS = (301, 308)
 _GONE = (404, 410)
 
