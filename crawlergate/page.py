@@ -16,7 +16,7 @@ import hashlib
 import json
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 
 # CGP2: the CRC covers metadata and body (CGP1's covered the body alone; such pages read as corrupt
@@ -45,6 +45,9 @@ class Page:
     headers: tuple[tuple[str, str], ...] = ()
     # How long the site took to answer the fill: what each crawler hit on this page spares the origin.
     generation_ms: float = 0.0
+    # The validators and kept headers as sent, worked out at the page's first answer (gate/answer.py): a page
+    # held in memory answers many crawlers. Not stored, not compared.
+    wire_headers: tuple[tuple[bytes, bytes], ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_response(

@@ -227,8 +227,9 @@ def main() -> int:
                     sys.executable, __file__, "--serve", name.removesuffix("@before"), "--port", str(ports[name]),
                     "--cache-dir", str(Path(cache_dir) / name), "--memcached", memcached,
                 ]  # fmt: skip
-                before = name.endswith("@before")
-                env = {**os.environ, "PYTHONPATH": str(Path(args.against).resolve())} if before else None
+                # Each server loads its checkout the same way, from PYTHONPATH: this one's, or --against's.
+                code = Path(args.against) if name.endswith("@before") else Path(__file__).resolve().parent.parent
+                env = {**os.environ, "PYTHONPATH": str(code.resolve())}
                 servers[name] = subprocess.Popen(command, env=env)
                 processes.append(servers[name])
             for name, (user_agent, headers) in cases:
@@ -236,7 +237,8 @@ def main() -> int:
                 url = f"http://127.0.0.1:{ports[name]}/t/1"
                 run_wrk(url, user_agent, 1, 4, headers=headers)  # warm: fills the cache, opens pools
             for round_number in range(args.rounds):
-                for name, (user_agent, headers) in cases:
+                # Every other round runs the cases backwards: the case run first in a pair measured ~2 % slower.
+                for name, (user_agent, headers) in cases if round_number % 2 == 0 else cases[::-1]:
                     url = f"http://127.0.0.1:{ports[name]}/t/1"
                     cpu_before = _cpu_seconds(servers[name].pid)
                     figures = run_wrk(url, user_agent, args.seconds, args.connections, headers=headers)

@@ -27,7 +27,7 @@ from crawlergate.classify import Classifier
 from crawlergate.config import Settings
 from crawlergate.gate.answer import send_response
 from crawlergate.gate.fill import FillResult
-from crawlergate.gate.flow import PASS_HEADER, run
+from crawlergate.gate.flow import PASS_HEADER, Waiting, advance, run
 from crawlergate.gate.origin import OriginResponse, PublicSite
 from crawlergate.gate.request import Decision, Request, Route
 from crawlergate.gate.writes import FORM_BYTES
@@ -106,17 +106,17 @@ class CrawlerGateMiddleware(GateAdapter):
         if decision.route is Route.ADMIN:
             await self.admin(scope, receive, send)
             return
-        answer = await run(self.flow.answer(request, decision), self, scope)
+        answer = advance(self.flow.answer(request, decision), self)
+        if isinstance(answer, Waiting):
+            answer = await run(answer, self, scope)
         if answer is None:
             await self._pass(scope, receive, send, request, decision, started)
             return
         await send_response(send, answer.response)
         self.flow.finish(request, decision, answer, started)
 
-    async def lookup(self, key: CacheKey) -> CacheHit | None:
-        # L1 inline: the embedded store answers in microseconds, memcached within its 50 ms timeout; threads
-        # measured slower for memcached too (scripts/bench_gate.py). L2 reads the disk: a thread.
-        return self.cache.lookup_l1(key) or await anyio.to_thread.run_sync(self.cache.lookup_l2, key)
+    async def lookup_l2(self, key: CacheKey) -> CacheHit | None:
+        return await anyio.to_thread.run_sync(self.cache.lookup_l2, key)
 
     async def fill(self, key: CacheKey, client: str | None, scope: Scope) -> FillResult:
         return await self.filler.fill_result(key, functools.partial(self._fetch, key, client, scope))

@@ -124,8 +124,9 @@ class CrawlerGateWSGI(GateAdapter):
         return _respond(start_response, answer.response)
 
     # The flow's steps, all in the request's thread.
-    async def lookup(self, key: CacheKey) -> CacheHit | None:
-        return self.cache.lookup(key)
+
+    async def lookup_l2(self, key: CacheKey) -> CacheHit | None:
+        return self.cache.lookup_l2(key)
 
     async def fill(self, key: CacheKey, client: str | None, environ: WSGIEnvironment) -> FillResult:
         self.origin.script_name = environ.get("SCRIPT_NAME", "")

@@ -41,7 +41,11 @@ def page_response(
 
     ``now`` (a page served from the cache) adds its ``Age`` (RFC 9111 5.1): seconds since it was generated.
     """
-    headers = [*_page_headers(page.etag, page.last_modified, page.headers), (b"x-crawlergate", outcome)]
+    wire = page.wire_headers
+    if wire is None:
+        wire = _page_headers(page.etag, page.last_modified, page.headers)
+        object.__setattr__(page, "wire_headers", wire)  # a memo on a frozen page: it never changes what it says
+    headers = [*wire, (b"x-crawlergate", outcome)]
     if now is not None:
         headers.append((b"age", b"%d" % max(0, int(now - page.generated_at))))
     if page.status == 200 and _not_modified(page, request):

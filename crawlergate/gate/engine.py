@@ -102,6 +102,7 @@ class GateCore:
         public_url = settings.server.public_url or settings.server.origin
         self.public = PublicSite.from_url(public_url) if public_url else None
         self._admin_prefix = settings.admin.prefix
+        self._max_target_chars = settings.cache.max_target_chars
         self._started = False
         self._start_lock = threading.Lock()
 
@@ -134,16 +135,17 @@ class GateCore:
         method, path, raw_path, query = incoming.method, incoming.path, incoming.raw_path, incoming.query
         headers, peer = incoming.headers, incoming.peer
         request = RequestHeaders(headers)
-        if self.is_admin_path(path):
+        if path.startswith(self._admin_prefix) and self.is_admin_path(path):
             return Decision(Route.ADMIN, HUMAN, None, request)
         if method == "PURGE":
             return Decision(Route.PURGE, HUMAN, None, request)
-        if len(raw_path) + len(query) > self.settings.cache.max_target_chars:
+        length = len(raw_path) + len(query)
+        if length > self._max_target_chars:
             return Decision(Route.TOO_LONG, HUMAN, None, request)
         key = self.keys.key_for(raw_path, query) if method in ("GET", "HEAD") else None
         if (
             key is None
-            and 3 * (len(raw_path) + len(query)) > self.settings.cache.max_target_chars
+            and 3 * length > self._max_target_chars
             and method in ("GET", "HEAD")
             and self.keys.too_long_once_normalised(raw_path, query)
         ):

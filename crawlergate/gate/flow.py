@@ -5,7 +5,7 @@ h11's shape: the protocol decides, the caller does the I/O. For a crawler's cach
 serve or fill → spare the site → fill → the answer. Wherever it needs the world it yields a step,
 and the adapter sends back what the step gave:
 
-- ``Lookup(key)``: the stored copy, L1 then L2 (a ``CacheHit``, or None);
+- a ``CacheKey`` (a lookup): its stored copy, L1 then L2 (a ``CacheHit``, or None);
 - ``Fill(key)``: a guest sub-request through the filler (a ``FillResult``);
 - ``Blocking(work)``: work that may wait on the disk (a worker thread on an event loop, inline in a
   thread); its result;
@@ -17,11 +17,9 @@ answer, samples the valve, counts, logs, and names the prefetch or the write rul
 The ASGI and WSGI middlewares (and through the first the proxy) differ only in how they run the steps.
 
     flow = CrawlerFlow(core, invalidation, access_log)
-    steps = flow.answer(request, decision)
-    reply = None
-    while True:
-        step = steps.send(reply)   # StopIteration carries the Answer
-        ...
+    answer = advance(flow.answer(request, decision), runner)   # an L1 hit: answered here
+    if isinstance(answer, Waiting):
+        answer = await run(answer, runner, scope)               # the steps that wait: L2, fills, the disk
 """
 
 from __future__ import annotations
@@ -49,6 +47,8 @@ from crawlergate.page import Page
 _FAILED_FILL = ("origin-error", "incomplete", "empty", "redirect-to-self")
 # Answer headers that belong to the guest fill alone, never handed to a crawler.
 _PER_RESPONSE_HEADERS = ("content-length", "transfer-encoding", "connection", "content-encoding", "set-cookie")
+# Stored pages whose gzip body is larger are decompressed in a thread for a client without gzip.
+HEAVY_PAGE_BYTES = INLINE_PAGE_BYTES // 4
 _HIT = {"l1": (b"l1-hit", "l1-hit"), "l2": (b"l2-hit", "l2-hit")}
 # The mark of an answer the site gave (as ASGI and as WSGI headers).
 PASS_HEADER = (b"x-crawlergate", b"pass")
@@ -57,11 +57,9 @@ _SET_COOKIE = (b"set-cookie", "set-cookie")
 _LOCATION = (b"location", "location")
 
 
-@dataclass(slots=True)
-class Lookup:
-    """Read the stored copy of ``key``: L1, then L2; send back the CacheHit or None."""
-
-    key: CacheKey
+# A lookup step is the key itself: read its stored copy, L1 then L2; send back the CacheHit or None. The most
+# frequent step allocates nothing.
+Lookup = CacheKey
 
 
 @dataclass(slots=True)
@@ -106,7 +104,9 @@ Steps = Generator[Step, Any, Answer | None]
 class StepRunner(Protocol):
     """How an adapter performs the flow's steps (``context`` is its request: a scope, an environ)."""
 
-    async def lookup(self, key: CacheKey) -> CacheHit | None: ...
+    def lookup_l1(self, key: CacheKey) -> CacheHit | None: ...
+
+    async def lookup_l2(self, key: CacheKey) -> CacheHit | None: ...
 
     async def fill(self, key: CacheKey, client: str | None, context: Any) -> FillResult: ...
 
@@ -115,8 +115,21 @@ class StepRunner(Protocol):
     def background(self, work: Callable[[], object]) -> None: ...
 
 
-async def run(steps: Steps, runner: StepRunner, context: Any) -> Answer | None:
-    """Perform the flow's steps until it answers: the Answer, or None to pass the request to the site."""
+@dataclass(slots=True)
+class Waiting:
+    """Steps stopped at ``step``, which must wait (``l1_missed``: a lookup whose L1 read already missed)."""
+
+    steps: Steps
+    step: Step
+    l1_missed: bool = False
+
+
+def advance(steps: Steps | None, runner: StepRunner) -> Answer | Waiting | None:
+    """Perform the steps that never wait (an L1 read that hits, background work) until the flow answers (the
+    Answer, or None: pass the request to the site) or a step must wait (``Waiting``: ``run`` goes on). A crawler's
+    L1 hit, the common request, is answered here without an await."""
+    if steps is None:
+        return None
     reply: Any = None
     while True:
         try:
@@ -125,19 +138,52 @@ async def run(steps: Steps, runner: StepRunner, context: Any) -> Answer | None:
             answer: Answer | None = finished.value
             return answer
         if isinstance(step, Lookup):
-            reply = await runner.lookup(step.key)
-        elif isinstance(step, Fill):
-            reply = await runner.fill(step.key, step.client, context)
-        elif isinstance(step, Blocking):
-            reply = await runner.blocking(step.work)
-        else:
+            # L1 answers at once (the embedded store in microseconds, memcached within its timeout).
+            reply = runner.lookup_l1(step)
+            if reply is None:
+                return Waiting(steps, step, l1_missed=True)
+        elif isinstance(step, Background):
             runner.background(step.work)
             reply = None
+        else:
+            return Waiting(steps, step)
 
 
-def run_blocking(steps: Steps, runner: StepRunner, context: Any) -> Answer | None:
-    """``run`` for a thread: a runner whose steps block, and never suspend, runs it to the end in one send."""
-    running = run(steps, runner, context)
+async def run(waiting: Waiting, runner: StepRunner, context: Any) -> Answer | None:
+    """Perform the flow's steps from one that must wait until it answers: the Answer, or None to pass the request
+    to the site."""
+    steps, step = waiting.steps, waiting.step
+    if waiting.l1_missed and isinstance(step, Lookup):
+        reply: Any = await runner.lookup_l2(step)
+    else:
+        reply = await _perform(step, runner, context)
+    while True:
+        try:
+            step = steps.send(reply)
+        except StopIteration as finished:
+            answer: Answer | None = finished.value
+            return answer
+        reply = await _perform(step, runner, context)
+
+
+async def _perform(step: Step, runner: StepRunner, context: Any) -> Any:
+    if isinstance(step, Lookup):
+        return runner.lookup_l1(step) or await runner.lookup_l2(step)
+    if isinstance(step, Fill):
+        return await runner.fill(step.key, step.client, context)
+    if isinstance(step, Blocking):
+        return await runner.blocking(step.work)
+    runner.background(step.work)
+    return None
+
+
+def run_blocking(steps: Steps | None, runner: StepRunner, context: Any) -> Answer | None:
+    """``advance`` and ``run`` for a thread: a runner whose steps block, and never suspend, runs them to the end
+    in one send."""
+    progress = advance(steps, runner)
+    if not isinstance(progress, Waiting):
+        return progress
+    running = run(progress, runner, context)
     try:
         running.send(None)
     except StopIteration as finished:
@@ -158,13 +204,18 @@ class CrawlerFlow:
         self.metrics = core.metrics
         self.writes = core.writes
 
-    def answer(self, request: Request, decision: Decision) -> Steps:
-        """The answer the gate gives itself (None: the site answers, as for every request routed to PASS)."""
+    def answer(self, request: Request, decision: Decision) -> Steps | None:
+        """The steps to the answer the gate gives itself; None: the site answers (every request routed to PASS)."""
         route = decision.route
+        if route is Route.CACHE:
+            return self._from_cache(request, decision)
         if route is Route.PASS:
             return None
-        if route is Route.CACHE:
-            return (yield from self._from_cache(request, decision))
+        return self._own_answer(request, decision)
+
+    def _own_answer(self, request: Request, decision: Decision) -> Steps:
+        """PURGE, DENY and TOO_LONG: answered without the cache."""
+        route = decision.route
         if route is Route.PURGE:
             purge = self.invalidation.purge
             response = yield Blocking(functools.partial(purge, request.peer, request.headers, request.raw_path,
@@ -193,19 +244,21 @@ class CrawlerFlow:
         key = decision.key
         assert key is not None
         method, headers = request.method, decision.headers
-        found = yield Lookup(key)
+        found = yield key
         variant = core.variant_for(key, found.page if found is not None else None, headers)
         if variant is not None:  # the site serves each device its own page: this device's copy
             key = variant
-            found = yield Lookup(key)
+            found = yield key
         now = core.clock()
         if core.note_demand(key, now):
             yield Background(core.dirty.upkeep)
         step = core.serve_or_fill(key, found, now)
         if isinstance(step, CacheHit):
             header, outcome = _HIT[step.level]
-            response = yield from self._render(step.page, method, headers, header, now)
-            return Answer(response, outcome, step.page.generation_ms)
+            page = step.page
+            if len(page.body_gz) > HEAVY_PAGE_BYTES and not accepts_gzip(headers.accept_encoding):
+                return Answer((yield _rendering(page, method, headers, header, now)), outcome, page.generation_ms)
+            return Answer(page_response(page, method, headers, outcome=header, now=now), outcome, page.generation_ms)
         spared = core.spare_site(decision, step.stale, method, headers)
         if spared is not None:
             return Answer(*spared)
@@ -230,12 +283,14 @@ class CrawlerFlow:
         if isinstance(error, PageTooLarge):
             return None
         if isinstance(result, Page):
-            return Answer((yield from self._render(result, method, headers, b"miss", None)), "miss")
+            if _heavy(result, headers):
+                return Answer((yield _rendering(result, method, headers, b"miss", None)), "miss")
+            return Answer(page_response(result, method, headers, outcome=b"miss"), "miss")
         if result is None or any(result.has(reason) for reason in _FAILED_FILL):
             if stale is None:
                 stale = yield Blocking(functools.partial(self.cache.stale_copy, key))
             if stale is not None:
-                return Answer((yield from self._render(stale, method, headers, b"stale", self.core.clock())), "stale")
+                return Answer((yield _rendering(stale, method, headers, b"stale", self.core.clock())), "stale")
         if result is None or result.has("incomplete"):
             status = 504 if isinstance(error, OriginTimeout) else 502
             return Answer(plain_response(status, b"The site did not answer.\n", outcome=b"miss"), "error")
@@ -244,17 +299,16 @@ class CrawlerFlow:
         response = result.response
         return Answer((response.status, origin_headers(response), b"" if method == "HEAD" else response.body), "miss")
 
-    def _render(
-        self, page: Page, method: str, headers: RequestHeaders, outcome: bytes, now: float | None
-    ) -> Generator[Step, Any, Response]:
-        """``page`` as the answer to this request; decompressing a large page for a client without gzip is
-        work for a thread (an 8 MB page takes tens of milliseconds)."""
-        if len(page.body_gz) > INLINE_PAGE_BYTES // 4 and not accepts_gzip(headers.accept_encoding):
-            response: Response = yield Blocking(
-                functools.partial(page_response, page, method, headers, outcome=outcome, now=now)
-            )
-            return response
-        return page_response(page, method, headers, outcome=outcome, now=now)
+
+def _heavy(page: Page, headers: RequestHeaders) -> bool:
+    """Whether answering with ``page`` is work for a thread: decompressing a large page for a client without gzip
+    (an 8 MB page takes tens of milliseconds)."""
+    return len(page.body_gz) > HEAVY_PAGE_BYTES and not accepts_gzip(headers.accept_encoding)
+
+
+def _rendering(page: Page, method: str, headers: RequestHeaders, outcome: bytes, now: float | None) -> Blocking:
+    """``page`` as the answer to this request, rendered in a thread (rare paths, and large pages)."""
+    return Blocking(functools.partial(page_response, page, method, headers, outcome=outcome, now=now))
 
 
 class Passing:
