@@ -224,12 +224,13 @@ class GateRuntime:
         # What the adapter opened beside the parts (the proxy's origin connections), closed first.
         self.async_closers: list[Callable[[], Awaitable[None]]] = []
 
-    def start(self) -> None:
-        """Prepare the stores (create the L2 directory) and open the access log; raises ConfigError when one is
-        unusable. Starting twice is harmless."""
-        self.core.start()
-        if self.access_log is not None:
+    def start(self, *, access_log: bool = True) -> None:
+        """Prepare the stores (create the L2 directory) and open the access log (unless ``access_log`` is False:
+        a WSGI gate opens it at its first request, after a pre-forking server forked); raises ConfigError when one
+        is unusable. Starting twice is harmless."""
+        if access_log and self.access_log is not None:
             self.access_log.start()
+        self.core.start()
 
     def start_schedule(self, start_scheduler: Callable[[OffPeakJob], Scheduler]) -> None:
         """Start the parts, and the off-peak job when regeneration is on (with the adapter's scheduler)."""
@@ -237,24 +238,29 @@ class GateRuntime:
         if self.settings.regenerate.enabled and self.scheduler is None:
             self.scheduler = start_scheduler(self.regeneration)
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, drain: Callable[[], Awaitable[None]] | None = None) -> None:
         """Stop the off-peak job (a pass under way stops between pages: marks stay until a page's new copy is
-        stored), close what the adapter opened, then every part."""
+        stored), let the adapter ``drain`` its background work (it still needs the stores), close what the
+        adapter opened, then every part."""
         self.regeneration.stop()
         self._stop_scheduler()
         task = self.regeneration.task
         if task is not None and not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        if drain is not None:
+            await drain()
         for close in self.async_closers:
             await close()
         self._close_parts()
 
-    def close(self, *, wait_s: float = 0.0) -> None:
-        """Stop the off-peak job (waiting up to ``wait_s`` for a pass under way to end its fetches), then close
-        every part."""
+    def close(self, *, wait_s: float = 0.0, drain: Callable[[], None] | None = None) -> None:
+        """Stop the off-peak job (waiting up to ``wait_s`` for a pass under way to end its fetches), let the
+        adapter ``drain`` its background work, then close every part."""
         self._stop_scheduler()
         self.regeneration.stop(wait_s=wait_s)
+        if drain is not None:
+            drain()
         self._close_parts()
 
     def _stop_scheduler(self) -> None:

@@ -163,7 +163,9 @@ def test_flow_a_persons_view_of_a_stored_page_and_a_write_are_followed_up(gate: 
     passing = runtime.flow.passing(view, runtime.core.decide(view), time.perf_counter())
     passing.answered(200, [(b"content-type", b"text/html")])
     passing.body(100)
-    prefetch = passing.done()
+    passing.finished()
+    passing.left()
+    prefetch = passing.follow_up()
     assert prefetch is not None and prefetch() is True  # L2's copy is back in L1
 
     session = [*PERSON, (b"cookie", b"sessionid=4.abc")]
@@ -172,5 +174,6 @@ def test_flow_a_persons_view_of_a_stored_page_and_a_write_are_followed_up(gate: 
     assert passing.wants_form(lambda: b"application/x-www-form-urlencoded")
     passing.form = bytearray(b"t=8&message=hello")
     passing.answered(303, [(b"location", b"/showthread.php?t=8")])
-    mark = passing.done()
+    passing.left()
+    mark = passing.follow_up()
     assert mark is not None and mark() >= 1 and runtime.figures.stats()["dirty"] == 1

@@ -3,6 +3,8 @@ uvicorn), the WSGI adapter's close(), `warm` and `regenerate`. Each must close e
 
 from __future__ import annotations
 
+import io
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,11 +15,11 @@ import pytest
 from crawlergate import CrawlerGateMiddleware, CrawlerGateWSGI, create_app
 from crawlergate.adapters import proxy
 from crawlergate.cli import main
-from crawlergate.config import L2Settings, LogSettings, RegenerateSettings, ServerSettings, Settings
+from crawlergate.config import CacheSettings, L2Settings, LogSettings, RegenerateSettings, ServerSettings, Settings
 from crawlergate.demo.forum import create_forum
 from crawlergate.demo.seed import seed_database
 from crawlergate.wiring import GateRuntime
-from tests.conftest import ServerThread
+from tests.conftest import FIREFOX, ServerThread
 
 pytestmark = pytest.mark.e2e
 GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
@@ -115,3 +117,74 @@ def test_runtime_warm_and_regenerate_close_every_part(
     for gate in built:
         assert open_parts(gate.runtime) == []
         assert gate.app._transport._open == set()  # type: ignore[attr-defined]  # the origin's connections too
+
+
+def _forum_wsgi(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    if environ["REQUEST_METHOD"] == "POST":
+        environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        start_response("303 See Other", [("Location", "/showthread.php?t=8")])
+        return [b""]
+    start_response("200 OK", [("Content-Type", "text/html")])
+    return [b"<p>thread 8</p>" * 50]
+
+
+def _environ(method: str, target: str, headers: dict[str, str], body: bytes = b"") -> dict[str, Any]:
+    path, _, query = target.partition("?")
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query, "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "http", "REMOTE_ADDR": "127.0.0.1",
+        "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body)),
+    }  # fmt: skip
+    for name, value in headers.items():
+        key = name.upper().replace("-", "_")
+        environ[key if key == "CONTENT_TYPE" else f"HTTP_{key}"] = value
+    return environ
+
+
+def test_runtime_a_wsgi_close_runs_queued_write_marks_before_closing_the_stores(tmp_path: Path) -> None:
+    """A reply's marks queued behind other background work are written before close() closes the catalogue."""
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), cache=CacheSettings(sites=("demo-forum",)))
+    gate = CrawlerGateWSGI(_forum_wsgi, settings=settings)
+
+    def call(environ: dict[str, Any]) -> None:
+        body = gate(environ, lambda status, headers, exc_info=None: None)
+        b"".join(body)
+        getattr(body, "close", lambda: None)()
+
+    call(_environ("GET", "/showthread.php?t=8", GOOGLEBOT))
+    for _ in range(2):  # both background threads busy: the reply's marks wait in the queue
+        gate.background(lambda: time.sleep(0.3))
+    form = {"content-type": "application/x-www-form-urlencoded", "cookie": "sessionid=4.abc", **FIREFOX}
+    call(_environ("POST", "/newreply.php", form, b"t=8&message=hello"))
+    gate.close()
+    reopened = CrawlerGateWSGI(_forum_wsgi, settings=settings)
+    try:
+        reopened.start()
+        assert reopened.stats()["dirty"] == 1
+    finally:
+        reopened.close()
+
+
+@pytest.mark.anyio
+async def test_runtime_an_asgi_app_that_fails_after_answering_marks_nothing(tmp_path: Path) -> None:
+    """Write rules follow a write the site completed: an app that raises after its last body byte (a failed
+    background task) made no change the gate can vouch for."""
+
+    async def failing_forum(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["method"] == "POST":
+            await send({"type": "http.response.start", "status": 303, "headers": [(b"location", b"/t/8")]})
+            await send({"type": "http.response.body", "body": b""})
+            raise RuntimeError("the task after the answer failed")
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/html")]})
+        await send({"type": "http.response.body", "body": b"<p>thread 8</p>" * 50})
+
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), cache=CacheSettings(sites=("demo-forum",)))
+    gate = CrawlerGateMiddleware(failing_forum, settings=settings)
+    transport = httpx.ASGITransport(app=gate, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gate.test") as client:
+        await client.get("/showthread.php?t=8", headers=GOOGLEBOT)
+        form = {"cookie": "sessionid=4.abc", **FIREFOX}
+        await client.post("/newreply.php", data={"t": "8"}, headers=form)
+    await gate.drain()
+    assert gate.stats()["dirty"] == 0 and gate.core.valve.in_flight == 0
+    await gate.aclose()

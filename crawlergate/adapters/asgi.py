@@ -71,8 +71,7 @@ class CrawlerGateMiddleware(GateAdapter):
 
     async def aclose(self) -> None:
         """Finish background work, then stop and close everything the gate opened."""
-        await self.drain()
-        await self.runtime.aclose()
+        await self.runtime.aclose(drain=self.drain)
 
     async def drain(self) -> None:
         """Wait for background work (prefetches) to finish, e.g. before shutdown."""
@@ -145,9 +144,6 @@ class CrawlerGateMiddleware(GateAdapter):
     ) -> None:
         """Pass the request to the site, watched by the flow (marked, measured, counted, logged)."""
         passing = self.flow.passing(request, decision, started)
-        if passing.wants_form(lambda: _content_type(scope["headers"])):
-            passing.form = bytearray()
-            receive = _teed(receive, passing.form)
 
         async def send_marked(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -157,15 +153,19 @@ class CrawlerGateMiddleware(GateAdapter):
             elif message["type"] == "http.response.body":
                 passing.body(len(message.get("body", b"")))
                 if not message.get("more_body", False):
-                    after = passing.done()
-                    if after is not None:
-                        self.background(after)
+                    passing.finished()
             await send(message)
 
         try:
+            if passing.wants_form(lambda: _content_type(scope["headers"])):
+                passing.form = bytearray()
+                receive = _teed(receive, passing.form)
             await self.app(scope, receive, send_marked)
         finally:
             passing.left()
+        after = passing.follow_up()
+        if after is not None:
+            self.background(after)
 
     def _lifespan_receive(self, receive: Receive) -> Receive:
         async def wrapped() -> Message:

@@ -18,6 +18,7 @@ class GateAdapter:
         self.settings = runtime.settings
         self.core, self.cache, self.filler, self.flow = runtime.core, runtime.core.cache, runtime.filler, runtime.flow
         self.admin, self.access_log, self.regeneration = runtime.admin, runtime.access_log, runtime.regeneration
+        self.keys, self.metrics = runtime.core.keys, runtime.core.metrics
         # The site as the last crawler's request named it: what a mounted gate without public_url regenerates as.
         self._arrived_at: PublicSite | None = None
         self._scheduling = False

@@ -138,6 +138,7 @@ class ReverseProxy:
             "pool": connect_timeout_s,
         }
         self._address = OriginAddress.from_url(httpx.URL(self.origin))
+        self._closed = False
         self._websocket = WebSocketRelay(
             self.origin,
             forward_headers=self._forward_headers,
@@ -147,6 +148,10 @@ class ReverseProxy:
         )
 
     async def aclose(self) -> None:
+        """Close the origin connections, once: the gate's runtime and this app's own lifespan both ask."""
+        if self._closed:
+            return
+        self._closed = True
         await self._transport.aclose()
         await self._single_use.aclose()
 

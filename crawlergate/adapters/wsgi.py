@@ -74,6 +74,10 @@ class CrawlerGateWSGI(GateAdapter):
         self._pending: set[Future[object]] = set()
         self._scheduling_lock = threading.Lock()
 
+    def start(self) -> None:
+        """Prepare the stores; the access log opens at the first request, after a pre-forking server forked."""
+        self.runtime.start(access_log=False)
+
     def _start_schedule(self) -> None:
         """Start the gate, and the off-peak job in a thread of its own, at the first request: after a pre-forking
         server (gunicorn --preload) has forked, since threads do not survive a fork."""
@@ -93,9 +97,11 @@ class CrawlerGateWSGI(GateAdapter):
     def close(self) -> None:
         """Stop the off-peak job (a pass under way ends its fetches first), finish queued prefetches and release
         everything the gate opened."""
-        self.runtime.close(wait_s=self.settings.cache.fill_timeout_seconds + 5)
+        self.runtime.close(wait_s=self.settings.cache.fill_timeout_seconds + 5, drain=self._drain_for_close)
+
+    def _drain_for_close(self) -> None:
         self.origin.close()
-        self._prefetcher.shutdown(wait=True)
+        self._prefetcher.shutdown(wait=True)  # queued prefetches and marks, while the stores are open
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         if not self._scheduling:
@@ -154,9 +160,6 @@ class CrawlerGateWSGI(GateAdapter):
     ) -> Iterable[bytes]:
         """Pass the request to the site, watched by the flow (marked, measured, counted, logged)."""
         passing = self.flow.passing(request, decision, started)
-        if passing.wants_form(lambda: environ.get("CONTENT_TYPE", "").encode("latin-1")):
-            teed = environ["wsgi.input"] = _TeedInput(environ["wsgi.input"])
-            passing.form = teed.copy
 
         def start_marked(
             status: str, headers: list[tuple[str, str]], exc_info: Any = None
@@ -165,6 +168,9 @@ class CrawlerGateWSGI(GateAdapter):
             return start_response(status, [*headers, PASS_HEADER_TEXT], exc_info)
 
         try:
+            if passing.wants_form(lambda: environ.get("CONTENT_TYPE", "").encode("latin-1")):
+                teed = environ["wsgi.input"] = _TeedInput(environ["wsgi.input"])
+                passing.form = teed.copy
             body = self.app(environ, start_marked)
         except BaseException:
             passing.left()
@@ -217,7 +223,9 @@ class _Watched:
             if close is not None:
                 close()
         finally:
-            after = self._passing.done()
+            self._passing.finished()
+            self._passing.left()
+            after = self._passing.follow_up()
             if after is not None:
                 self._background(after)
 

@@ -312,8 +312,9 @@ def _rendering(page: Page, method: str, headers: RequestHeaders, outcome: bytes,
 
 
 class Passing:
-    """A request on its way to the site: the adapter calls ``answered`` at the answer's head, ``body`` for each
-    piece sent, and ``done`` once it is all sent (``left`` when it ends otherwise)."""
+    """A request on its way to the site. The adapter calls ``answered`` at the answer's head, ``body`` for each
+    piece sent, ``finished`` once it is all sent, ``left`` when the site is done with it (whatever happened),
+    and, when the site answered without failing, ``follow_up`` for the work to run after it."""
 
     __slots__ = ("_flow", "request", "decision", "started", "status", "location", "sent", "ttfb_ms", "form", "_in")
 
@@ -340,7 +341,7 @@ class Passing:
         return content_type().lower().startswith(FORM_TYPES)
 
     def answered(self, status: int, headers: Iterable[tuple[bytes, bytes]] | Iterable[tuple[str, str]]) -> None:
-        """The site's answer begins: a page's speed for the valve; its cookie and Location noted."""
+        """The site's answer begins: a page's speed for the valve; its cookie and (first) Location noted."""
         self.status = status
         client = self.decision.client
         for name, value in headers:
@@ -348,7 +349,7 @@ class Passing:
             if lowered in _SET_COOKIE and client is not None:
                 self._flow.core.judge.cookie_offered(client)
                 client = None
-            elif lowered in _LOCATION:
+            elif lowered in _LOCATION and not self.location:
                 self.location = value if isinstance(value, bytes) else value.encode("latin-1")
         key = self.decision.key
         if key is not None and status < 500:  # a page's speed (not a static file's, nor an error's)
@@ -360,17 +361,26 @@ class Passing:
             self.ttfb_ms = self._flow.metrics.record_for(self.decision.verdict, "pass", self.started)
         self.sent += size
 
-    def done(self) -> Callable[[], object] | None:
-        """The answer is sent whole: counted and logged; returns the work to run in the background after it (a
-        human's prefetch, or the write rules' marks after a successful unsafe request)."""
-        flow, decision, request = self._flow, self.decision, self.request
+    def finished(self) -> None:
+        """The answer is sent whole: its origin time counted, its line logged."""
+        flow, decision = self._flow, self.decision
         if self.ttfb_ms < 0:
             self.body(0)
-        self.left()
         flow.metrics.add_origin_time(decision.kind, (time.perf_counter() - self.started) * 1000)
         if flow.access_log is not None:
-            flow.access_log.log(request, self.status, self.sent, self.ttfb_ms, "pass", decision.verdict,
+            flow.access_log.log(self.request, self.status, self.sent, self.ttfb_ms, "pass", decision.verdict,
                                 decision.reasons)  # fmt: skip
+
+    def left(self) -> None:
+        """The site is done with the request (answered, failed or abandoned): no longer in flight."""
+        if self._in:
+            self._in = False
+            self._flow.core.valve.left()
+
+    def follow_up(self) -> Callable[[], object] | None:
+        """The work to run in the background once the site answered without failing: a human's prefetch of a
+        page L2 holds, or the write rules' marks after a successful unsafe request."""
+        flow, decision, request = self._flow, self.decision, self.request
         key = decision.key
         if key is not None and flow.core.should_prefetch(decision, self.status):
             # Most human views are of pages L1 already holds: with the embedded L1 that is settled here.
@@ -380,12 +390,6 @@ class Passing:
             after_write = flow.invalidation.after_write
             return functools.partial(after_write, request.method, request.path, request.query, fields, self.location)
         return None
-
-    def left(self) -> None:
-        """The request is no longer in flight at the site (answered, failed or abandoned)."""
-        if self._in:
-            self._in = False
-            self._flow.core.valve.left()
 
 
 def origin_headers(response: OriginResponse) -> list[tuple[bytes, bytes]]:
