@@ -23,7 +23,7 @@ from crawlergate.classify import Classifier
 from crawlergate.config import Settings
 from crawlergate.devices import DEVICES_FILE, load_device_classes
 from crawlergate.gate.accesslog import AccessLog
-from crawlergate.gate.dirty import PageCatalogue
+from crawlergate.gate.catalogue import PageCatalogue
 from crawlergate.gate.engine import GateCore
 from crawlergate.gate.fill import Filler
 from crawlergate.gate.flow import CrawlerFlow
@@ -46,7 +46,8 @@ from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.memory import MemoryStore
 from crawlergate.suspect.judge import Judge
 
-# The dirty index lives beside the L2 pages (a name no page file can have), and so does serve's access log.
+# The page catalogue lives beside the L2 pages (a name no page file can have; it was once the dirty index),
+# and so does serve's access log.
 DIRTY_INDEX_FILE = "dirty.sqlite3"
 ACCESS_LOG_FILE = "access.log"
 
@@ -93,7 +94,7 @@ def build_core(
         cache=cache,
         classifier=classifier,
         keys=KeyMaker.from_settings(settings, profiles),
-        dirty=PageCatalogue(settings.cache_dir / DIRTY_INDEX_FILE, clock=clock),
+        catalogue=PageCatalogue(settings.cache_dir / DIRTY_INDEX_FILE, clock=clock),
         judge=Judge.from_settings(settings, cache.metrics, families),
         valve=OverloadValve(settings.valve),
         writes=WriteRules(rule for profile in profiles for rule in profile.writes),
@@ -123,7 +124,7 @@ def build_filler(core: GateCore) -> Filler:
     """The filler of a gate: its cache, catalogue, storable rules and valve."""
     return Filler(
         core.cache,
-        core.dirty,
+        core.catalogue,
         StoragePolicy(core.settings.cache, core.keys),
         core.valve,
         clock=core.clock,
@@ -136,7 +137,7 @@ def build_invalidation(core: GateCore) -> Invalidation:
     return Invalidation(
         core.settings,
         keys=core.keys,
-        catalogue=core.dirty,
+        catalogue=core.catalogue,
         cache=core.cache,
         devices=core.devices,
         writes=core.writes,

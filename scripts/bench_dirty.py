@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from crawlergate.gate.dirty import PageCatalogue
+from crawlergate.gate.catalogue import PageCatalogue
 
 
 def main() -> int:

@@ -75,7 +75,7 @@ def test_two_gates_share_one_memcached_cluster_and_outlive_one_of_its_servers(
 def test_a_page_marked_through_one_gate_is_changed_for_the_other(
     forum: ServerThread, cluster: list[MemcachedServer], tmp_path: Path
 ) -> None:
-    """Each machine has its own dirty index; the mark travels beside the page in memcached. With
+    """Each machine has its own page catalogue; the mark travels beside the page in memcached. With
     max_stale_seconds = 0 a changed page is fetched again at once, which shows that the other gate saw it."""
     servers = ", ".join(f'"{server.address}"' for server in cluster)
     config = (

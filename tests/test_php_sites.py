@@ -68,7 +68,7 @@ class Gated:
         return gate_flags(self.app, self.cache_dir)
 
     def marked(self) -> list[tuple[str, str]]:
-        """The pages the dirty index holds as changed, with why."""
+        """The pages the page catalogue holds as changed, with why."""
         uri = f"file:{self.cache_dir / 'dirty.sqlite3'}?mode=ro"
         with sqlite3.connect(uri, uri=True, timeout=5) as db:
             rows = db.execute("SELECT target, reason FROM pages WHERE dirty_since IS NOT NULL ORDER BY target")

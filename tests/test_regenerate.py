@@ -39,7 +39,7 @@ from crawlergate.demo.forum import create_forum
 from crawlergate.demo.run import free_port
 from crawlergate.demo.seed import seed_database
 from crawlergate.errors import ConfigError
-from crawlergate.gate.dirty import PageCatalogue
+from crawlergate.gate.catalogue import PageCatalogue
 from crawlergate.page import Page
 from crawlergate.regenerate.lease import Lease
 from crawlergate.regenerate.regenerator import Selection
@@ -262,8 +262,8 @@ async def test_a_budget_of_n_regenerates_exactly_the_n_most_wanted_pages_at_boun
         key = gate.core.keys.key_for_url(f"/t/{100 + wanted}")
         assert key is not None
         for _ in range(wanted):
-            gate.core.dirty.count_demand(key.digest)
-    gate.core.dirty.flush_demand()
+            gate.core.catalogue.count_demand(key.digest)
+    gate.core.catalogue.flush_demand()
     assert gate.mark_changed("/t/*") == count
     summary = await gate.regeneration.regenerator.run(Selection(dirty=True))
     assert summary.pages == 40 and summary.changed == 40
@@ -298,7 +298,7 @@ async def test_revalidation_finds_unannounced_changes_and_learns_change_rates(tm
         for number in range(6):
             for _ in range(number + 1):
                 await crawler.get(f"/t/{number}", headers=GOOGLEBOT)
-        gate.core.dirty.flush_demand()
+        gate.core.catalogue.flush_demand()
         regenerator = gate.regeneration.regenerator
         origin.version = 2  # every page changed, and nobody said so
         origin.fetched.clear()
@@ -537,7 +537,7 @@ async def test_a_pass_stopped_before_its_revalidations_keeps_their_credit(tmp_pa
     async with _client(gate) as crawler:
         for number in range(14):
             await crawler.get(f"/t/{number}", headers=GOOGLEBOT)
-    gate.core.dirty.flush_demand()
+    gate.core.catalogue.flush_demand()
     assert gate.mark_changed("/t/1*") == 5  # t=1, 10..13
     regenerator = gate.regeneration.regenerator
     summary = await regenerator.run(Selection(dirty=True, revalidate=True), time_limit_s=1.0)

@@ -30,7 +30,7 @@ def open_parts(runtime: GateRuntime) -> list[str]:
     parts = {
         "filler pool": not runtime.filler._pool._shutdown,  # type: ignore[attr-defined]
         "access log": runtime.access_log is not None and runtime.access_log._thread is not None,
-        "page catalogue": runtime.core.dirty._connection is not None,
+        "page catalogue": runtime.core.catalogue._connection is not None,
         "regeneration records": runtime.regeneration.state._connection is not None,
         "scheduler": runtime.scheduler is not None,
     }

@@ -207,7 +207,7 @@ def test_wsgi_wordpress_comment_marks_the_post_under_its_permalink(tmp_path: Pat
 
     def marked(url: bytes) -> bool:
         key = gate.core.keys.key_for(url)
-        return key is not None and gate.core.dirty.dirty_since(key.digest) is not None
+        return key is not None and gate.core.catalogue.dirty_since(key.digest) is not None
 
     assert marked(b"/2024/05/hello/") and marked(b"/")
     assert marked_by_id == 2 and marked(b"/2024/06/other/")

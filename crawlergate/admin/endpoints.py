@@ -62,7 +62,7 @@ class AdminEndpoints:
         path: str = scope["path"]
         if path.endswith("/healthz"):  # asked every few seconds by load balancers: answered on the loop
             answer = self.respond(path, scope["method"], peer, scope["headers"], body)
-        else:  # invalidate, stats and metrics read (or write) the dirty index and regeneration records
+        else:  # invalidate, stats and metrics read (or write) the page catalogue and regeneration records
             answer = await anyio.to_thread.run_sync(self.respond, path, scope["method"], peer, scope["headers"], body)
         await send_response(send, answer)
 

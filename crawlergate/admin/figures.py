@@ -38,7 +38,7 @@ class GateFigures:
     def dirty_count(self) -> int:
         """Marked pages the cache still holds (an evicted page's mark stays in the catalogue until it returns); a
         page another worker stored may not be in this worker's L2 index yet: its file says."""
-        catalogue, l2 = self.core.dirty, self.core.cache.l2
+        catalogue, l2 = self.core.catalogue, self.core.cache.l2
         catalogue.refresh(wait=False)
         return sum(1 for digest in catalogue.dirty_digests() if l2.contains(digest) or l2.path_for(digest).exists())
 

@@ -22,7 +22,7 @@ from crawlergate.classify import HUMAN, Classifier
 from crawlergate.config import Settings
 from crawlergate.devices import DeviceClasses, variant_key, varies_by_user_agent
 from crawlergate.gate.answer import Response, page_response, plain_response
-from crawlergate.gate.dirty import PageCatalogue
+from crawlergate.gate.catalogue import PageCatalogue
 from crawlergate.gate.fillbudget import FillBudget
 from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.gate.origin import PublicSite
@@ -53,7 +53,7 @@ class GateCore:
         cache: the two cache levels; its metrics are the gate's.
         classifier: crawler or human.
         keys: URL to cache key, with the site profiles' rules.
-        dirty: the marks of changed pages, beside L2.
+        catalogue: the stored pages and the marks of changed ones, beside L2.
         judge: evidence, verification and the policy table (crawlergate.suspect).
         valve: the crawler-only overload valve.
         writes: the write rules: the pages a successful unsafe request changes.
@@ -68,7 +68,7 @@ class GateCore:
         cache: TwoLevelCache,
         classifier: Classifier,
         keys: KeyMaker,
-        dirty: PageCatalogue,
+        catalogue: PageCatalogue,
         judge: Judge,
         valve: OverloadValve,
         writes: WriteRules | None = None,
@@ -81,7 +81,7 @@ class GateCore:
         self.cache = cache
         self.classifier = classifier
         self.keys = keys
-        self.dirty = dirty
+        self.catalogue = catalogue
         self.writes = writes or WriteRules(())
         self.judge = judge
         self.valve = valve
@@ -111,8 +111,8 @@ class GateCore:
         with self._start_lock:
             if not self._started:
                 self.cache.start()
-                self.dirty.on_replaced = self.cache.forget_local
-                self.dirty.start()
+                self.catalogue.on_replaced = self.cache.forget_local
+                self.catalogue.start()
                 for start in self.on_start:
                     start()
                 self._started = True
@@ -122,8 +122,8 @@ class GateCore:
             close()
         self.cache.close()
         if self._started:
-            self.dirty.flush_demand()
-        self.dirty.close()
+            self.catalogue.flush_demand()
+        self.catalogue.close()
 
     def decide(self, incoming: Request) -> Decision:
         """Route one request: admin, too long, pass through, denied, or a crawler's (or suspect's) cacheable page.
@@ -210,7 +210,7 @@ class GateCore:
         if found is None:
             return NeedsFill(None)
         page = found.page
-        marked = self.dirty.dirty_since(key.digest)
+        marked = self.catalogue.dirty_since(key.digest)
         shared = found.marked_at
         # A mark another machine left beside the page in memcached counts while the page predates it.
         if shared is not None and shared > page.generated_at and (marked is None or shared < marked):
@@ -247,10 +247,10 @@ class GateCore:
         return plain_response(403, b"This site does not serve this client.\n", outcome=b"deny")
 
     def note_demand(self, key: CacheKey, now: float) -> bool:
-        """Count a crawler's request for ``key``; True when the dirty index's upkeep is due (``dirty.upkeep``, to be
-        run off the event loop)."""
-        self.dirty.count_demand(key.digest)
-        return self.dirty.upkeep_due(now)
+        """Count a crawler's request for ``key``; True when the page catalogue's upkeep is due
+        (``catalogue.upkeep``, to be run off the event loop)."""
+        self.catalogue.count_demand(key.digest)
+        return self.catalogue.upkeep_due(now)
 
     def variant_for(self, key: CacheKey, page: Page | None, request: RequestHeaders) -> CacheKey | None:
         """The key of the requester's device copy when ``page`` (the copy under ``key``) varies by user agent

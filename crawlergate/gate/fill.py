@@ -25,7 +25,7 @@ import anyio
 from crawlergate.cache import TwoLevelCache
 from crawlergate.errors import OriginError, OriginTimeout
 from crawlergate.gate.answer import INLINE_PAGE_BYTES
-from crawlergate.gate.dirty import PageCatalogue
+from crawlergate.gate.catalogue import PageCatalogue
 from crawlergate.gate.origin import OriginResponse, PageTooLarge
 from crawlergate.gate.storable import StoragePolicy, StoreVerdict
 from crawlergate.gate.valve import OverloadValve

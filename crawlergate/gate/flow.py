@@ -251,7 +251,7 @@ class CrawlerFlow:
             found = yield key
         now = core.clock()
         if core.note_demand(key, now):
-            yield Background(core.dirty.upkeep)
+            yield Background(core.catalogue.upkeep)
         step = core.serve_or_fill(key, found, now)
         if isinstance(step, CacheHit):
             header, outcome = _HIT[step.level]

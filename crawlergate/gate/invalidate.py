@@ -19,7 +19,7 @@ from crawlergate.cache import TwoLevelCache
 from crawlergate.config import Settings
 from crawlergate.devices import DeviceClasses, variant_key
 from crawlergate.gate.answer import Response, json_response, plain_response
-from crawlergate.gate.dirty import IndexUnavailable, PageCatalogue
+from crawlergate.gate.catalogue import IndexUnavailable, PageCatalogue
 from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.gate.origin import PublicSite
 from crawlergate.gate.writes import WriteRules

@@ -34,7 +34,7 @@ import anyio
 
 from crawlergate.config import RegenerateSettings
 from crawlergate.errors import OriginError
-from crawlergate.gate.dirty import StoredPage
+from crawlergate.gate.catalogue import StoredPage
 from crawlergate.gate.engine import GateCore
 from crawlergate.gate.fill import Filler
 from crawlergate.gate.origin import OriginResponse
@@ -112,7 +112,7 @@ class Regenerator:
     """Regeneration passes for one gate.
 
     Parameters:
-        core: the gate (cache, dirty index, keys, clock).
+        core: the gate (cache, page catalogue, keys, clock).
         filler: the gate's filler; every fetch goes through it.
         fetch: the guest sub-request for a key, as the gate's fills make it.
         state: the re-fetch histories and window records.
@@ -219,7 +219,7 @@ class Regenerator:
         """The fetches of the pass in order, the revalidation schedule they end with (if any), and whether the
         page budget left pages out."""
         held = self.core.cache.l2
-        catalogue = self.core.dirty.stored_pages(dirty_only=not (selection.all_pages or selection.revalidate))
+        catalogue = self.core.catalogue.stored_pages(dirty_only=not (selection.all_pages or selection.revalidate))
         stored = [page for page in catalogue if held.contains(page.digest) or held.path_for(page.digest).exists()]
         keys: dict[str, CacheKey] = {}
         for url in selection.urls:
@@ -303,7 +303,7 @@ class Regenerator:
 
     def _remove(self, key: CacheKey, fetched_at: float) -> None:
         self.core.cache.invalidate(key)
-        self.core.dirty.clear(key.digest, fetched_at)
+        self.core.catalogue.clear(key.digest, fetched_at)
 
     @staticmethod
     def _failed(summary: PassSummary, key: CacheKey, message: str) -> None:
@@ -322,7 +322,7 @@ class Regenerator:
         held = self.core.cache.l2
         summary.remaining = sum(
             1
-            for page in self.core.dirty.stored_pages(dirty_only=True)
+            for page in self.core.catalogue.stored_pages(dirty_only=True)
             if held.contains(page.digest) or held.path_for(page.digest).exists()
         )
 

@@ -26,7 +26,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from crawlergate.gate.dirty import IndexUnavailable
+from crawlergate.gate.catalogue import IndexUnavailable
 from crawlergate.metrics import Metrics
 from crawlergate.regenerate.lease import Lease
 from crawlergate.regenerate.regenerator import PassSummary, Regenerator, Selection
@@ -70,14 +70,14 @@ class OffPeakJob:
     def tick(self) -> float | None:
         """Write the human requests counted since the last tick; the start of a window to serve now, or None.
 
-        It also reads the dirty index, as crawler requests do: a gate that sees none still learns of pages
+        It also reads the page catalogue, as crawler requests do: a gate that sees none still learns of pages
         another process regenerated, and drops its in-memory copies of them. A busy or broken index is
         logged and the tick skipped.
         """
         if self.closed:
             return None
         try:
-            self.regenerator.core.dirty.refresh(wait=False)
+            self.regenerator.core.catalogue.refresh(wait=False)
             now = self.clock()
             humans = self.metrics.requests("human")
             # A row every tick, none for hours the gate was down: those are not quiet, only uncounted.

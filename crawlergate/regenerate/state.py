@@ -1,6 +1,6 @@
-"""What regeneration remembers across restarts and shares between processes, beside the dirty index.
+"""What regeneration remembers across restarts and shares between processes, beside the page catalogue.
 
-Four small tables in the dirty index's SQLite file (WAL: every worker of a ``serve`` and the
+Four small tables in the page catalogue's SQLite file (WAL: every worker of a ``serve`` and the
 ``regenerate`` command read and write it): each page's re-fetch history (how often it was fetched
 again and found changed, over how long, and its credit in the EDF schedule), human requests per
 hour (for the ``auto`` window), the last window's summary and running totals, and the lease that
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlergate.errors import ConfigError
-from crawlergate.gate.dirty import WAIT_S, IndexUnavailable
+from crawlergate.gate.catalogue import WAIT_S, IndexUnavailable
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS fetch_history (
@@ -63,7 +63,7 @@ class Refetch:
 
 
 class RegenerationState:
-    """Regeneration's tables beside the dirty index (``path`` is the index's file)."""
+    """Regeneration's tables beside the page catalogue (``path`` is the index's file)."""
 
     def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
         self.path = path

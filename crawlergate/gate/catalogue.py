@@ -1,4 +1,4 @@
-"""The dirty index: which stored pages changed, when, why, and how much crawlers want them.
+"""The page catalogue: which stored pages changed, when, why, and how much crawlers want them.
 
 Crawlers keep getting the stored copy of a changed page ("fresh from their perspective", Koehl &
 Wang 5.4) until it is regenerated; the index is how the gate, its other workers and the
@@ -69,7 +69,7 @@ class StoredPage:
 
 
 class IndexUnavailable(CrawlerGateError):
-    """The dirty index cannot be read or written now (another process holds it too long, a full disk)."""
+    """The page catalogue cannot be read or written now (another process holds it too long, a full disk)."""
 
 
 _SCHEMA = """
@@ -141,14 +141,14 @@ class PageCatalogue:
                 except sqlite3.DatabaseError as exc:
                     aside = self.path.with_name(f"{self.path.name}.damaged-{int(self.clock())}")
                     logger.warning(
-                        "the dirty index %s is damaged (%s): moved to %s, starting anew", self.path, exc, aside
+                        "the page catalogue %s is damaged (%s): moved to %s, starting anew", self.path, exc, aside
                     )
                     for suffix in ("", "-wal", "-shm"):
                         with contextlib.suppress(FileNotFoundError):
                             os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
                     connection = self._open()
             except (OSError, sqlite3.Error) as exc:
-                raise ConfigError(f"The dirty index {self.path} is not usable: {exc}.") from None
+                raise ConfigError(f"The page catalogue {self.path} is not usable: {exc}.") from None
             self._connection = connection
             self._refresh_locked(force=True)
 
@@ -300,7 +300,7 @@ class PageCatalogue:
                         ).fetchall()
                 self._dirty.update(rows)
         except sqlite3.Error as exc:
-            raise IndexUnavailable(f"the dirty index {self.path} cannot be written: {exc}") from None
+            raise IndexUnavailable(f"the page catalogue {self.path} cannot be written: {exc}") from None
         return len(rows)
 
     def clear(self, digest: str, fetched_at: float) -> None:
@@ -316,7 +316,7 @@ class PageCatalogue:
                 if self._dirty.get(digest, fetched_at + 1) <= fetched_at:
                     del self._dirty[digest]
         except sqlite3.Error as exc:
-            raise IndexUnavailable(f"the dirty index {self.path} cannot be written: {exc}") from None
+            raise IndexUnavailable(f"the page catalogue {self.path} cannot be written: {exc}") from None
 
     def stored_pages(self, *, dirty_only: bool) -> list[StoredPage]:
         """The catalogue (or its marked pages), most wanted by crawlers first, then the longest marked."""
@@ -333,7 +333,7 @@ class PageCatalogue:
                     .fetchall()
                 )
         except sqlite3.Error as exc:
-            raise IndexUnavailable(f"the dirty index {self.path} cannot be read: {exc}") from None
+            raise IndexUnavailable(f"the page catalogue {self.path} cannot be read: {exc}") from None
         return [StoredPage(*row) for row in rows]
 
     def matching(self, pattern: str) -> list[str]:
@@ -359,13 +359,13 @@ class PageCatalogue:
             with self._lock:
                 return self._db().execute("SELECT digest, target FROM pages WHERE target GLOB ?", (glob,)).fetchall()
         except sqlite3.Error as exc:
-            raise IndexUnavailable(f"the dirty index {self.path} cannot be read: {exc}") from None
+            raise IndexUnavailable(f"the page catalogue {self.path} cannot be read: {exc}") from None
 
     def _warn(self, what: str, error: sqlite3.Error) -> None:
         now = time.monotonic()
         if now >= self._next_warning:
             self._next_warning = now + 60
-            logger.warning("the dirty index %s could not %s: %s", self.path, what, error)
+            logger.warning("the page catalogue %s could not %s: %s", self.path, what, error)
 
     def _db(self) -> sqlite3.Connection:
         if self._connection is None:

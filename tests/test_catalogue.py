@@ -1,4 +1,4 @@
-"""The dirty index and what it changes: marked pages are served until regenerated, invalidate, restarts."""
+"""The page catalogue and what it changes: marked pages are served until regenerated, invalidate, restarts."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-import crawlergate.gate.dirty as dirty_module
+import crawlergate.gate.catalogue as dirty_module
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.adapters.wsgi import CrawlerGateWSGI
 from crawlergate.cli import main
@@ -25,7 +25,7 @@ from crawlergate.config import AdminSettings, CacheSettings, L2Settings, Setting
 from crawlergate.demo.forum import create_forum
 from crawlergate.demo.seed import seed_database
 from crawlergate.errors import ConfigError
-from crawlergate.gate.dirty import PageCatalogue
+from crawlergate.gate.catalogue import PageCatalogue
 from tests.conftest import FIREFOX, ServerThread
 
 pytestmark = pytest.mark.anyio
@@ -66,7 +66,7 @@ def index(tmp_path: Path) -> Iterator[PageCatalogue]:
     dirty.close()
 
 
-def test_dirty_marks_are_idempotent_and_patterns_read_queries_as_sets(index: PageCatalogue) -> None:
+def test_catalogue_marks_are_idempotent_and_patterns_read_queries_as_sets(index: PageCatalogue) -> None:
     # Stored URLs have their parameters sorted, as the cache keys make them.
     stored = ("/showthread.php?t=1", "/showthread.php?t=12", "/showthread.php?page=2&t=12", "/showthreadXphp")
     for target in (*stored, "/index.php?action=history&title=Moon", "/index.php?title=Moon"):
@@ -88,7 +88,7 @@ def test_dirty_marks_are_idempotent_and_patterns_read_queries_as_sets(index: Pag
     assert index.dirty_since("/showthread.php?t=1") is None and len(index.dirty_digests()) == 0
 
 
-def test_dirty_marks_survive_a_restart_and_reach_other_processes(tmp_path: Path) -> None:
+def test_catalogue_marks_survive_a_restart_and_reach_other_processes(tmp_path: Path) -> None:
     path = tmp_path / "dirty.sqlite3"
     worker_a, worker_b = PageCatalogue(path, refresh_s=0), PageCatalogue(path, refresh_s=0)
     worker_a.start()
@@ -111,7 +111,7 @@ def test_dirty_marks_survive_a_restart_and_reach_other_processes(tmp_path: Path)
     restarted.close()
 
 
-def test_dirty_index_in_an_unusable_folder_is_a_config_error(tmp_path: Path) -> None:
+def test_catalogue_index_in_an_unusable_folder_is_a_config_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(ConfigError, match="not usable"):
@@ -131,7 +131,7 @@ def _client(gate: CrawlerGateMiddleware) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://forum.test")
 
 
-async def test_dirty_page_is_served_until_regenerated_then_filled_past_max_stale(tmp_path: Path) -> None:
+async def test_catalogue_page_is_served_until_regenerated_then_filled_past_max_stale(tmp_path: Path) -> None:
     forum, clock = Forum(), Clock()
     gate = _gate(forum, tmp_path, clock, max_stale_seconds=3600)
     async with _client(gate) as client:
@@ -150,7 +150,7 @@ async def test_dirty_page_is_served_until_regenerated_then_filled_past_max_stale
     gate.core.close()
 
 
-async def test_dirty_expired_page_is_served_within_max_stale(tmp_path: Path) -> None:
+async def test_catalogue_expired_page_is_served_within_max_stale(tmp_path: Path) -> None:
     forum, clock = Forum(), Clock()
     gate = _gate(forum, tmp_path, clock, ttl_seconds=60, max_stale_seconds=600)
     async with _client(gate) as client:
@@ -261,7 +261,7 @@ async def test_write_rule_a_reply_marks_its_thread_and_crawlers_keep_the_stored_
         clock.now += 60
         later = await crawler.get("/showthread.php?t=5", headers=GOOGLEBOT)
         assert int(again.headers["age"]) >= 120 and int(later.headers["age"]) == int(again.headers["age"]) + 60
-        assert gate.core.dirty.dirty_since(gate.core.keys.key_for_url("/showthread.php?t=50").digest) is None  # type: ignore[union-attr]
+        assert gate.core.catalogue.dirty_since(gate.core.keys.key_for_url("/showthread.php?t=50").digest) is None  # type: ignore[union-attr]
         refused = await crawler.post("/newreply.php", data={"t": "7"})  # a guest's reply fails: nothing marked
         await gate.drain()
         assert refused.status_code == 403 and gate.stats()["dirty"] == 3
@@ -324,7 +324,7 @@ async def test_purge_from_an_untrusted_address_is_refused(tmp_path: Path) -> Non
     gate.core.close()
 
 
-def test_dirty_damaged_index_is_moved_aside_and_the_gate_starts(tmp_path: Path) -> None:
+def test_catalogue_damaged_index_is_moved_aside_and_the_gate_starts(tmp_path: Path) -> None:
     (tmp_path / "l2").mkdir()
     (tmp_path / "l2" / "dirty.sqlite3").write_bytes(bytes(range(256)) * 64)
     gate = CrawlerGateWSGI(lambda environ, start: [], settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
@@ -334,7 +334,7 @@ def test_dirty_damaged_index_is_moved_aside_and_the_gate_starts(tmp_path: Path) 
     gate.close()
 
 
-def test_dirty_a_mark_during_a_fill_survives_the_store(index: PageCatalogue) -> None:
+def test_catalogue_a_mark_during_a_fill_survives_the_store(index: PageCatalogue) -> None:
     index.record_stored("d", "/t/1")
     fill_began = index.clock()
     index.mark(["d"], "purge")  # an edit's PURGE arrives while the page is being fetched
@@ -344,7 +344,7 @@ def test_dirty_a_mark_during_a_fill_survives_the_store(index: PageCatalogue) -> 
     assert index.dirty_since("d") is None
 
 
-def test_dirty_a_busy_index_never_fails_a_fill_nor_waits_on_the_request_path(
+def test_catalogue_a_busy_index_never_fails_a_fill_nor_waits_on_the_request_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "dirty.sqlite3"
@@ -397,7 +397,7 @@ def test_purge_of_a_raw_utf8_target_marks_its_page(tmp_path: Path) -> None:
     gate.close()
 
 
-async def test_dirty_crawler_demand_is_counted_off_the_request_path_and_decays(tmp_path: Path) -> None:
+async def test_catalogue_crawler_demand_is_counted_off_the_request_path_and_decays(tmp_path: Path) -> None:
     forum, clock = Forum(), Clock()
     gate = _gate(forum, tmp_path, clock)
     async with _client(gate) as client:
@@ -407,7 +407,7 @@ async def test_dirty_crawler_demand_is_counted_off_the_request_path_and_decays(t
         clock.now += 31  # the next crawler request finds the counts due, and writes them in the background
         await client.get("/showthread.php?t=2", headers=GOOGLEBOT)
         await gate.drain()
-    dirty = gate.core.dirty
+    dirty = gate.core.catalogue
     one, two = (gate.core.keys.key_for_url(f"/showthread.php?t={n}") for n in (1, 2))
     assert one is not None and two is not None
     assert (dirty.demand(one.digest), dirty.demand(two.digest)) == (3.0, 2.0)
@@ -416,8 +416,8 @@ async def test_dirty_crawler_demand_is_counted_off_the_request_path_and_decays(t
     gate.core.close()
 
 
-def test_dirty_index_write_ahead_log_stays_bounded(index: PageCatalogue) -> None:
-    from crawlergate.gate.dirty import WAL_MAX_BYTES
+def test_catalogue_index_write_ahead_log_stays_bounded(index: PageCatalogue) -> None:
+    from crawlergate.gate.catalogue import WAL_MAX_BYTES
 
     largest = 0
     for batch in range(40):  # 20,000 pages stored and marked, as a crawl of new pages and a wave of edits
