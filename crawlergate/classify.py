@@ -91,6 +91,8 @@ class Classifier:
         # Leftmost-longest, non-overlapping: a masking token ("cubot") hides the shorter tokens inside it ("bot").
         self._automaton = AhoCorasick(list(self._contains), matchkind=MatchKind.LeftmostLongest)
         self._contains_actions = list(self._contains.values())
+        fields = "|".join(f"(?:{pattern})" for pattern in ruleset.people_fields)
+        self._people_fields = re.compile(fields) if fields else None
         self._session_cookie = _session_cookie_pattern(session_cookies)
         self._any_cookie = any_cookie
         self._ignored_cookie = _cookie_names_pattern(ignored_cookies)
@@ -157,6 +159,8 @@ class Classifier:
 
     def _classify(self, user_agent: str) -> Verdict:
         text = user_agent.lower()
+        if self._people_fields is not None:
+            text = self._people_fields.sub(" ", text)
         actions: list[_Action] = []
         if text.startswith(self._starts_prefixes):
             actions.extend(action for prefix, action in self._starts.items() if action and text.startswith(prefix))

@@ -57,6 +57,9 @@ class RuleSet:
     # A user agent that starts with none of these prefixes and holds none of these words is a program.
     browser_prefixes: tuple[str, ...] = ()
     browser_words: tuple[str, ...] = ()
+    # Regular expressions for the parts of a user agent where a crawler word means nothing (a device's model, an
+    # app's bracketed fields, a locale): blanked before any token is matched.
+    people_fields: tuple[str, ...] = ()
 
     @property
     def families(self) -> tuple[Family, ...]:
@@ -93,17 +96,20 @@ def load_rules(paths: Iterable[Path]) -> RuleSet:
     human_tokens: list[str] = []
     browser_prefixes: list[str] = []
     browser_words: list[str] = []
+    people_fields: list[str] = []
     for path in paths:
         parsed = _parse_file(path)
         rules.extend(parsed.rules)
         human_tokens.extend(parsed.human_tokens)
         browser_prefixes.extend(parsed.browser_prefixes)
         browser_words.extend(parsed.browser_words)
+        people_fields.extend(parsed.people_fields)
     return RuleSet(
         rules=tuple(rules),
         human_tokens=tuple(dict.fromkeys(human_tokens)),
         browser_prefixes=tuple(dict.fromkeys(browser_prefixes)),
         browser_words=tuple(dict.fromkeys(browser_words)),
+        people_fields=tuple(dict.fromkeys(people_fields)),
     )
 
 
@@ -126,9 +132,12 @@ def _parse_file(path: Path) -> RuleSet:
         )
 
     human = data.get("human", {})
-    if not isinstance(human, dict) or set(human) - {"contains"}:
-        raise ConfigError(f"{where.of('[human]')}: [human] takes one key, contains = [tokens].")
+    if not isinstance(human, dict) or set(human) - {"contains", "fields"}:
+        raise ConfigError(
+            f"{where.of('[human]')}: [human] takes contains = [tokens] and fields = [regular expressions]."
+        )
     human_tokens = _tokens(human, "contains", where, "[human]")
+    people_fields = _patterns(human, "fields", where)
     browsers = data.get("browsers", {})
     if not isinstance(browsers, dict) or set(browsers) - {"starts", "contains"}:
         raise ConfigError(f"{where.of('[browsers]')}: [browsers] takes starts = [prefixes] and contains = [words].")
@@ -139,8 +148,26 @@ def _parse_file(path: Path) -> RuleSet:
     for entry in _tables(data, "family", where):
         rules.append(_crawler_rule(entry, where, "[[family]]", family=_family(entry, where)))
     return RuleSet(
-        rules=tuple(rules), human_tokens=human_tokens, browser_prefixes=browser_prefixes, browser_words=browser_words
+        rules=tuple(rules),
+        human_tokens=human_tokens,
+        browser_prefixes=browser_prefixes,
+        browser_words=browser_words,
+        people_fields=people_fields,
     )
+
+
+def _patterns(table: dict[str, Any], key: str, where: _Locator) -> tuple[str, ...]:
+    """Regular expressions (matched against the lower-cased user agent); a broken one names its line."""
+    patterns = table.get(key, [])
+    if not isinstance(patterns, list) or not all(isinstance(pattern, str) and pattern for pattern in patterns):
+        raise ConfigError(f"{where.of(key)}: [human] {key} must be a list of regular expressions.")
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            message = f"{where.of(pattern)}: [human] {key}: {pattern!r} is no regular expression: {exc}."
+            raise ConfigError(message) from None
+    return tuple(patterns)
 
 
 def _tables(data: dict[str, Any], name: str, where: _Locator) -> list[dict[str, Any]]:

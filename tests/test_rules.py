@@ -45,7 +45,8 @@ def test_rules_merge_files_in_order(tmp_path: Path) -> None:
         pytest.param('[[family]]\ntag = "seo"\ncontains = ["x"]\n', "needs name", id="no-name"),
         pytest.param('[[crawler]]\nnames = ["x"]\n', "belongs in a [[family]]", id="names-outside-family"),
         pytest.param("[robots]\nx = 1\n", "unknown table 'robots'", id="unknown-table"),
-        pytest.param('[human]\ncontains = ["a"]\nextra = 1\n', "[human] takes one key", id="human-extra"),
+        pytest.param('[human]\ncontains = ["a"]\nextra = 1\n', "[human] takes contains", id="human-extra"),
+        pytest.param("[human]\nfields = ['(unclosed']\n", "is no regular expression", id="human-bad-field"),
     ],
 )
 def test_rules_broken_file_names_file_and_line(tmp_path: Path, text: str, message: str) -> None:
