@@ -224,6 +224,38 @@ PEOPLE_TABLE = [
         "GOGGalaxyClient/2.0.20.39 (GOG Galaxy) 83b6745cff679691b69876bc7ee33e05e5d90bda (win10 x64)",
         id="gog-galaxy-launcher",
     ),
+    # Issue 27, from a public corpus of real people's user agents: a crawler word where a device or an app put it.
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 10; Spider X Build/QP1A.190711.020; wv) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Version/4.0 Chrome/88.0.4324.181 Mobile Safari/537.36",
+        id="android-phone-model-named-spider",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 16_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+        "Mobile/15E148 Instagram 262.0.0.24.327 (iPhone13,2; iOS 16_1; en_US@calendar=gregorian; en; scale=3.00; "
+        "1170x2532; 433011834)",
+        id="instagram-in-app-locale-calendar",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 15_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Mobile/15E148 "
+        "[FBAN/FBIOS;FBDV/iPhone12,1;FBMD/iPhone;FBSN/iOS;FBSV/15.5;FBSS/2;FBID/phone;FBLC/en_US@calendar=buddhist;FBOP/5]",
+        id="facebook-in-app-bracketed-fields",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 14_4_2 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+        "Mobile/15E148 Html5Plus/1.0  CSDNApp/4.15.0(iOS) AnalysysAgent/Hybrid",
+        id="ios-web-view-app-named-agent",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 18_7 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+        "Version/26.6.1 Mobile/15E148 Safari/604.1 Startpage",
+        id="startpage-app-after-safari",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (X11; CrOS x86_64 14541.0.0) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/150.0.0.0 "
+        "Safari/537.36  TestNavPWA/1.15.4",
+        id="chromebook-exam-app-testnav",
+    ),
 ]
 
 
