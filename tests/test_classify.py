@@ -256,6 +256,18 @@ PEOPLE_TABLE = [
         "Safari/537.36  TestNavPWA/1.15.4",
         id="chromebook-exam-app-testnav",
     ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 4.0.3; ARCHOS 101G9 Build/ICS@ROM_04.06.2012) AppleWebKit/535.19 (KHTML, like "
+        "Gecko) Chrome/18.0.1025.166 Safari/535.19",
+        id="android-build-id-with-at-sign",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 11; moto g(30) Build/RRCS31.Q1-16-50-2-Test; wv) AppleWebKit/537.36 (KHTML, like "
+        "Gecko) Version/4.0 Chrome/112.0.5615.135 Mobile Safari/537.36",
+        id="android-test-firmware-build-id",
+    ),
+    pytest.param("(samsung/jflte/GT-I9505)API 17. Language Deutsch", id="android-app-naming-its-phone"),
+    pytest.param("MOZILLA40 (COMPATIBLE MSIE 60 WINDOWS CE IEMOBILE 612) SAMSUNG-SGH-I780", id="old-iemobile-phone"),
 ]
 
 
