@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from crawlergate.classify import Classifier  # noqa: E402
 from crawlergate.config import ClassifySettings  # noqa: E402
+from crawlergate.progress import Progress  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "user_agents"
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "crawlergate" / "ua-corpus"
@@ -97,47 +98,13 @@ def load(cache: Path, use_lgpl: bool) -> tuple[list[Row], list[Row], list[str]]:
 # --- progress --------------------------------------------------------------------------------------
 
 
-class Progress:
-    """A one-line progress report on stderr, for runs longer than a few seconds."""
-
-    def __init__(self, label: str, total: int) -> None:
-        self.label, self.total, self.done = label, total, 0
-        self.start = self.last = time.monotonic()
-        self.shown = False
-
-    def step(self, count: int = 1) -> None:
-        self.done += count
-        now = time.monotonic()
-        if now - self.last >= 0.5 and now - self.start >= 2:
-            self.last = now
-            self.shown = True
-            rate = self.done / (now - self.start)
-            left = (self.total - self.done) / rate if rate else 0
-            print(
-                f"\r{self.label}: {self.done:,}/{self.total:,} ({rate:,.0f}/s, {left:,.0f} s left)   ",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    def close(self) -> None:
-        if self.shown:
-            print(
-                f"\r{self.label}: {self.total:,} done in {time.monotonic() - self.start:,.1f} s" + " " * 20,
-                file=sys.stderr,
-                flush=True,
-            )
-
-
 def run_each(label: str, uas: list[str], judge: Callable[[str], bool]) -> list[bool]:
-    progress = Progress(label, len(uas))
     out = []
-    for index, ua in enumerate(uas):
-        out.append(bool(judge(ua)))
-        if index % 256 == 255:
-            progress.step(256)
-    progress.step(len(uas) % 256)
-    progress.close()
+    with Progress(label, len(uas), unit=" user agents") as progress:
+        for index, ua in enumerate(uas):
+            out.append(bool(judge(ua)))
+            if index % 256 == 255:
+                progress.update(index + 1)
     return out
 
 

@@ -3,7 +3,6 @@ uvicorn), the WSGI adapter's close(), `warm` and `regenerate`. Each must close e
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,17 +81,8 @@ def test_runtime_the_wsgi_close_closes_every_part(tmp_path: Path) -> None:
         return [b"<p>hello</p>" * 100]
 
     gate = CrawlerGateWSGI(site, settings=_settings(tmp_path))
-    environ = {
-        "REQUEST_METHOD": "GET",
-        "PATH_INFO": "/t/1",
-        "SERVER_NAME": "127.0.0.1",
-        "SERVER_PORT": "80",
-        "wsgi.url_scheme": "http",
-        "REMOTE_ADDR": "127.0.0.1",
-        "HTTP_USER_AGENT": GOOGLEBOT["user-agent"],
-    }
-    body = gate(environ, lambda status, headers, exc_info=None: None)
-    assert b"hello" in b"".join(body)
+    with _wsgi_client(gate) as client:
+        assert "hello" in client.get("/t/1", headers=GOOGLEBOT).text
     assert "scheduler" in open_parts(gate.runtime)
     gate.close()
     assert open_parts(gate.runtime) == []
@@ -128,17 +118,8 @@ def _forum_wsgi(environ: dict[str, Any], start_response: Any) -> list[bytes]:
     return [b"<p>thread 8</p>" * 50]
 
 
-def _environ(method: str, target: str, headers: dict[str, str], body: bytes = b"") -> dict[str, Any]:
-    path, _, query = target.partition("?")
-    environ: dict[str, Any] = {
-        "REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query, "SERVER_NAME": "127.0.0.1",
-        "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "http", "REMOTE_ADDR": "127.0.0.1",
-        "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body)),
-    }  # fmt: skip
-    for name, value in headers.items():
-        key = name.upper().replace("-", "_")
-        environ[key if key == "CONTENT_TYPE" else f"HTTP_{key}"] = value
-    return environ
+def _wsgi_client(gate: CrawlerGateWSGI) -> httpx.Client:
+    return httpx.Client(transport=httpx.WSGITransport(app=gate), base_url="http://forum.test")
 
 
 def test_runtime_a_wsgi_close_runs_queued_write_marks_before_closing_the_stores(tmp_path: Path) -> None:
@@ -146,16 +127,12 @@ def test_runtime_a_wsgi_close_runs_queued_write_marks_before_closing_the_stores(
     settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), cache=CacheSettings(sites=("demo-forum",)))
     gate = CrawlerGateWSGI(_forum_wsgi, settings=settings)
 
-    def call(environ: dict[str, Any]) -> None:
-        body = gate(environ, lambda status, headers, exc_info=None: None)
-        b"".join(body)
-        getattr(body, "close", lambda: None)()
-
-    call(_environ("GET", "/showthread.php?t=8", GOOGLEBOT))
-    for _ in range(2):  # both background threads busy: the reply's marks wait in the queue
-        gate.background(lambda: time.sleep(0.3))
-    form = {"content-type": "application/x-www-form-urlencoded", "cookie": "sessionid=4.abc", **FIREFOX}
-    call(_environ("POST", "/newreply.php", form, b"t=8&message=hello"))
+    with _wsgi_client(gate) as client:
+        client.get("/showthread.php?t=8", headers=GOOGLEBOT)
+        for _ in range(2):  # both background threads busy: the reply's marks wait in the queue
+            gate.background(lambda: time.sleep(0.3))
+        member = {**FIREFOX, "cookie": "sessionid=4.abc"}
+        assert client.post("/newreply.php", data={"t": "8", "message": "hello"}, headers=member).status_code == 303
     gate.close()
     reopened = CrawlerGateWSGI(_forum_wsgi, settings=settings)
     try:

@@ -117,20 +117,18 @@ class StepRunner(Protocol):
 
 @dataclass(slots=True)
 class Waiting:
-    """Steps stopped at ``step``, which must wait (``l1_missed``: a lookup whose L1 read already missed)."""
+    """Steps stopped at ``step``, which must wait: a lookup whose L1 read missed, a fill, or disk work."""
 
     steps: Steps
     step: Step
-    l1_missed: bool = False
 
 
-def advance(steps: Steps | None, runner: StepRunner) -> Answer | Waiting | None:
-    """Perform the steps that never wait (an L1 read that hits, background work) until the flow answers (the
-    Answer, or None: pass the request to the site) or a step must wait (``Waiting``: ``run`` goes on). A crawler's
-    L1 hit, the common request, is answered here without an await."""
+def advance(steps: Steps | None, runner: StepRunner, reply: Any = None) -> Answer | Waiting | None:
+    """Send ``reply`` on and perform the steps that never wait (an L1 read that hits, background work) until the
+    flow answers (the Answer, or None: pass the request to the site) or a step must wait (``Waiting``: ``run``
+    goes on). A crawler's L1 hit, the common request, is answered here without an await."""
     if steps is None:
         return None
-    reply: Any = None
     while True:
         try:
             step = steps.send(reply)
@@ -141,7 +139,7 @@ def advance(steps: Steps | None, runner: StepRunner) -> Answer | Waiting | None:
             # L1 answers at once (the embedded store in microseconds, memcached within its timeout).
             reply = runner.lookup_l1(step)
             if reply is None:
-                return Waiting(steps, step, l1_missed=True)
+                return Waiting(steps, step)
         elif isinstance(step, Background):
             runner.background(step.work)
             reply = None
@@ -150,31 +148,21 @@ def advance(steps: Steps | None, runner: StepRunner) -> Answer | Waiting | None:
 
 
 async def run(waiting: Waiting, runner: StepRunner, context: Any) -> Answer | None:
-    """Perform the flow's steps from one that must wait until it answers: the Answer, or None to pass the request
-    to the site."""
-    steps, step = waiting.steps, waiting.step
-    if waiting.l1_missed and isinstance(step, Lookup):
-        reply: Any = await runner.lookup_l2(step)
-    else:
-        reply = await _perform(step, runner, context)
+    """Perform the step that must wait, and ``advance`` on, until the flow answers: the Answer, or None to pass
+    the request to the site."""
+    reply: Any
     while True:
-        try:
-            step = steps.send(reply)
-        except StopIteration as finished:
-            answer: Answer | None = finished.value
-            return answer
-        reply = await _perform(step, runner, context)
-
-
-async def _perform(step: Step, runner: StepRunner, context: Any) -> Any:
-    if isinstance(step, Lookup):
-        return runner.lookup_l1(step) or await runner.lookup_l2(step)
-    if isinstance(step, Fill):
-        return await runner.fill(step.key, step.client, context)
-    if isinstance(step, Blocking):
-        return await runner.blocking(step.work)
-    runner.background(step.work)
-    return None
+        step = waiting.step
+        if isinstance(step, Lookup):
+            reply = await runner.lookup_l2(step)  # advance() stops at a lookup only when L1 missed
+        elif isinstance(step, Fill):
+            reply = await runner.fill(step.key, step.client, context)
+        else:
+            reply = await runner.blocking(step.work)
+        progress = advance(waiting.steps, runner, reply)
+        if not isinstance(progress, Waiting):
+            return progress
+        waiting = progress
 
 
 def run_blocking(steps: Steps | None, runner: StepRunner, context: Any) -> Answer | None:
@@ -256,7 +244,7 @@ class CrawlerFlow:
         if isinstance(step, CacheHit):
             header, outcome = _HIT[step.level]
             page = step.page
-            if len(page.body_gz) > HEAVY_PAGE_BYTES and not accepts_gzip(headers.accept_encoding):
+            if _heavy(page, headers):
                 return Answer((yield _rendering(page, method, headers, header, now)), outcome, page.generation_ms)
             return Answer(page_response(page, method, headers, outcome=header, now=now), outcome, page.generation_ms)
         spared = core.spare_site(decision, step.stale, method, headers)
