@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from crawlergate import __version__
-from crawlergate.commands import demo, gate, suspects, tools
+from crawlergate.commands import demo, front, gate, suspects, tools
 from crawlergate.commands.common import EXIT_OK, EXIT_USAGE, DefaultsShown
 from crawlergate.errors import CrawlerGateError
 
@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"crawlergate {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for family in (gate, tools, suspects, demo):
+    for family in (gate, front, tools, suspects, demo):
         family.add_parsers(commands)
     for command in commands.choices.values():
         command.formatter_class = DefaultsShown

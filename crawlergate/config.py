@@ -377,6 +377,18 @@ class LogSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class FrontSettings:
+    """A front server (nginx) that answers announced crawlers from the published tree (``crawlergate nginx-config``)."""
+
+    # Keep the published tree (<cache dir>/published/<host>): fresh HTML pages laid out by URL for the front
+    # server. Off by default: only a front server reads it.
+    publish: bool = False
+    # The front server's JSON log of the crawler hits it answered from the tree (the include's log_format), read as
+    # it grows so stats, metrics and the dashboard count them. Empty: none.
+    direct_log: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class EvidenceSettings:
     """Crawlers behind browser user agents: the evidence that makes a request a suspect (rules/evidence.toml)."""
 
@@ -508,17 +520,23 @@ class Settings:
     regenerate: RegenerateSettings = field(default_factory=RegenerateSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     log: LogSettings = field(default_factory=LogSettings)
+    front: FrontSettings = field(default_factory=FrontSettings)
     evidence: EvidenceSettings = field(default_factory=EvidenceSettings)
     policy: PolicySettings = field(default_factory=PolicySettings)
     verify: VerifySettings = field(default_factory=VerifySettings)
     valve: ValveSettings = field(default_factory=ValveSettings)
 
     @property
+    def site_url(self) -> str:
+        """The site as the world sees it: the public URL, else the origin; empty when neither is set."""
+        return self.server.public_url or self.server.origin
+
+    @property
     def l1_namespace(self) -> str:
         """The L1 key namespace: as set, else a digest of the public URL (or the origin), else none."""
         if self.l1.namespace:
             return self.l1.namespace
-        site = self.server.public_url or self.server.origin
+        site = self.site_url
         return hashlib.blake2b(site.lower().encode(), digest_size=5).hexdigest() if site else ""
 
     def to_environ(self) -> dict[str, str]:
@@ -588,6 +606,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "regenerate": RegenerateSettings,
     "metrics": MetricsSettings,
     "log": LogSettings,
+    "front": FrontSettings,
     "evidence": EvidenceSettings,
     "policy": PolicySettings,
     "verify": VerifySettings,

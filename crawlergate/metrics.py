@@ -25,8 +25,9 @@ from typing import Any, Protocol
 CLASSES = ("crawler", "human", "suspect")
 # X-Crawlergate outcomes, plus "error" for a request the gate answered with 5xx of its own, "refused" for a
 # crawler's miss answered 503 (the overload valve, or a cache-only policy) and "denied" for a 403 by policy.
-OUTCOMES = ("l1-hit", "l2-hit", "miss", "stale", "pass", "error", "refused", "denied")
-HITS = ("l1-hit", "l2-hit")
+OUTCOMES = ("l1-hit", "l2-hit", "miss", "stale", "pass", "error", "refused", "denied", "direct")
+# "direct": a crawler hit the front server answered from the published tree (front/directlog.py).
+HITS = ("l1-hit", "l2-hit", "direct")
 
 # Histogram buckets grow by 5 % from 10 µs: 1 % resolution would cost memory for no decision,
 # 5 % keeps a p99 within 5 % of the truth up to ~10 minutes with about 350 buckets.
@@ -399,12 +400,13 @@ def stats_from(totals: Mapping[str, int]) -> dict[str, Any]:
     }
     for kind in CLASSES:
         outcomes = {outcome: totals.get(f"req|{kind}|{outcome}", 0) for outcome in OUTCOMES}
-        lookups = outcomes["l1-hit"] + outcomes["l2-hit"] + outcomes["miss"] + outcomes["stale"]
-        hits = outcomes["l1-hit"] + outcomes["l2-hit"]
+        hits = outcomes["l1-hit"] + outcomes["l2-hit"] + outcomes["direct"]
+        lookups = hits + outcomes["miss"] + outcomes["stale"]
         data[kind] = {
             "requests": sum(outcomes.values()),
             "l1_hits": outcomes["l1-hit"],
             "l2_hits": outcomes["l2-hit"],
+            "direct_hits": outcomes["direct"],
             "misses": outcomes["miss"],
             "stale": outcomes["stale"],
             "passes": outcomes["pass"],

@@ -22,6 +22,7 @@ from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
 from crawlergate.devices import DEVICES_FILE, load_device_classes
+from crawlergate.front.directlog import DirectLog
 from crawlergate.gate.accesslog import AccessLog
 from crawlergate.gate.catalogue import PageCatalogue
 from crawlergate.gate.engine import GateCore
@@ -44,12 +45,15 @@ from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.memory import MemoryStore
+from crawlergate.stores.published import PublishedTree, host_folder
 from crawlergate.suspect.judge import Judge
 
 # The page catalogue lives beside the L2 pages (a name no page file can have; it was once the dirty index),
 # and so does serve's access log.
 DIRTY_INDEX_FILE = "dirty.sqlite3"
 ACCESS_LOG_FILE = "access.log"
+# Held by the one process of a gate that reads the front server's log of direct hits.
+DIRECT_LOG_LOCK = ".direct-log.lock"
 
 
 def access_log_path(settings: Settings, *, standalone: bool) -> Path | None:
@@ -89,6 +93,7 @@ def build_core(
     )
     cache = cache if cache is not None else build_cache(settings, Metrics(settings.metrics.shared_dir or None))
     families = (family.name for family in classifier.ruleset.families)
+    published = PublishedTree(cache.l2, host=host_folder(settings.site_url), clock=clock) if settings.front.publish else None
     return GateCore(
         settings,
         cache=cache,
@@ -100,7 +105,9 @@ def build_core(
         writes=WriteRules(rule for profile in profiles for rule in profile.writes),
         devices=load_device_classes(rules_folder(settings.classify.rules_dir) / DEVICES_FILE),
         clock=clock,
+        published=published,
     )
+
 
 
 def build_admin(core: GateCore, figures: GateFigures, invalidation: Invalidation) -> AdminEndpoints:
@@ -129,6 +136,7 @@ def build_filler(core: GateCore) -> Filler:
         core.valve,
         clock=core.clock,
         timeout_s=core.settings.cache.fill_timeout_seconds,
+        published=core.published,
     )
 
 
@@ -143,6 +151,7 @@ def build_invalidation(core: GateCore) -> Invalidation:
         writes=core.writes,
         public=core.public,
         clock=core.clock,
+        published=core.published,
     )
 
 
@@ -221,6 +230,15 @@ class GateRuntime:
         self.regeneration = build_regeneration(self.core, self.filler, fetch_for_regeneration, clock=clock)
         self.figures = GateFigures(self.core, regeneration=self.regeneration)
         self.admin = build_admin(self.core, self.figures, self.invalidation)
+        if settings.front.direct_log:
+            direct = DirectLog(
+                Path(settings.front.direct_log),
+                self.core.classifier,
+                self.core.metrics,
+                lock=settings.cache_dir / DIRECT_LOG_LOCK,
+            )
+            self.core.on_start.append(direct.start)
+            self.core.on_close.append(direct.close)
         self.scheduler: Scheduler | None = None
         # What the adapter opened beside the parts (the proxy's origin connections), closed first.
         self.async_closers: list[Callable[[], Awaitable[None]]] = []

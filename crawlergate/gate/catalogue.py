@@ -349,6 +349,16 @@ class PageCatalogue:
         compiled = re.compile(pattern)
         return [digest for digest, target in self._targets("*") if compiled.match(target)]
 
+    def marked_now(self, digest: str) -> bool:
+        """Whether the page is marked changed, read from the file now (not this process's view, which may lag
+        another process's mark by ``refresh_s``); True when the index cannot be read."""
+        try:
+            with self._lock:
+                row = self._db().execute("SELECT dirty_since FROM pages WHERE digest = ?", (digest,)).fetchone()
+        except sqlite3.Error:
+            return True
+        return row is not None and row[0] is not None
+
     def dirty_digests(self) -> list[str]:
         """The pages marked changed, as this process last read them."""
         return list(self._dirty)

@@ -31,6 +31,7 @@ from crawlergate.gate.valve import OverloadValve
 from crawlergate.gate.writes import WriteRules
 from crawlergate.keys import CacheKey, KeyMaker
 from crawlergate.page import Page
+from crawlergate.stores.published import PublishedTree
 from crawlergate.suspect.judge import PERSON, Judge
 from crawlergate.suspect.policy import Action
 
@@ -59,6 +60,7 @@ class GateCore:
         writes: the write rules: the pages a successful unsafe request changes.
         devices: the device classes of pages that vary by user agent (rules/devices.toml).
         clock: wall-clock time (page ages are persisted in L2), injectable for tests.
+        published: the tree a front server answers announced crawlers from (``front.publish``), or None.
     """
 
     def __init__(
@@ -74,8 +76,10 @@ class GateCore:
         writes: WriteRules | None = None,
         devices: DeviceClasses | None = None,
         clock: Callable[[], float] = time.time,
+        published: PublishedTree | None = None,
     ) -> None:
         self.settings = settings
+        self.published = published
         self.devices = devices or DeviceClasses(())
         self.metrics = cache.metrics
         self.cache = cache
@@ -113,6 +117,8 @@ class GateCore:
                 self.cache.start()
                 self.catalogue.on_replaced = self.cache.forget_local
                 self.catalogue.start()
+                if self.published is not None:
+                    self.published.start(self.catalogue.dirty_digests)
                 for start in self.on_start:
                     start()
                 self._started = True
@@ -120,6 +126,8 @@ class GateCore:
     def close(self) -> None:
         for close in self.on_close:
             close()
+        if self.published is not None:
+            self.published.close()
         self.cache.close()
         if self._started:
             self.catalogue.flush_demand()

@@ -31,6 +31,7 @@ from crawlergate.gate.storable import StoragePolicy, StoreVerdict
 from crawlergate.gate.valve import OverloadValve
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
+from crawlergate.stores.published import PublishedTree
 
 # Blocking fills at once, across pages: a site that hangs holds at most these threads, never the server's.
 FILL_THREADS = 8
@@ -75,6 +76,7 @@ class Filler:
         valve: the overload valve, which hears each fill's time.
         clock: wall-clock time (page ages are persisted in L2).
         timeout_s: a blocking fill's deadline (``cache.fill_timeout_seconds``).
+        published: the tree a front server answers crawlers from, when the gate keeps one.
     """
 
     def __init__(
@@ -87,8 +89,10 @@ class Filler:
         clock: Callable[[], float] = time.time,
         timeout_s: float = 30.0,
         threads: int = FILL_THREADS,
+        published: PublishedTree | None = None,
     ) -> None:
         self.cache = cache
+        self.published = published
         self.catalogue = catalogue
         self.storage = storage
         self.metrics = cache.metrics
@@ -226,6 +230,17 @@ class Filler:
         after ``fetched_at``, when its fill began."""
         self.cache.store(key, page)
         self.catalogue.record_stored(key.digest, key.target, fetched_at)
+        if self.published is not None:
+            self._publish(key, page)
+
+    def _publish(self, key: CacheKey, page: Page) -> None:
+        """The stored page into the published tree, unless it is marked; a copy it replaces that a front server
+        cannot give (now a redirect, say) leaves the tree. A mark that came while it was published takes it out
+        again: marks unpublish before and after they are written, and this reads the mark after the rename."""
+        assert self.published is not None
+        placed = self.catalogue.dirty_since(key.digest) is None and self.published.publish(key, page)
+        if not placed or self.catalogue.marked_now(key.digest):
+            self.published.unpublish([key.digest])
 
     def _count_fetch(self, started: float, key: CacheKey) -> float:
         """Count one guest sub-request that the site answered; its time in milliseconds."""

@@ -24,6 +24,7 @@ from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.gate.origin import PublicSite
 from crawlergate.gate.writes import WriteRules
 from crawlergate.keys import CacheKey, KeyMaker
+from crawlergate.stores.published import PublishedTree
 
 
 class Invalidation:
@@ -36,6 +37,7 @@ class Invalidation:
         writes: the write rules: the pages a successful unsafe request changes.
         public: the public site: a Location on it names a page of this site.
         clock: wall-clock time, as the catalogue's.
+        published: the tree a front server answers crawlers from, when the gate keeps one.
     """
 
     def __init__(
@@ -49,8 +51,10 @@ class Invalidation:
         writes: WriteRules,
         public: PublicSite | None,
         clock: Callable[[], float],
+        published: PublishedTree | None = None,
     ) -> None:
         self.keys = keys
+        self.published = published
         self.catalogue = catalogue
         self.cache = cache
         self.devices = devices
@@ -116,8 +120,16 @@ class Invalidation:
         return self.invalidate(urls, patterns, "write-rule") if urls or patterns else 0
 
     def _mark(self, digests: list[str], reason: str) -> int:
-        """Mark pages in this machine's catalogue, and beside them in a shared memcached L1 for the others."""
+        """Mark pages in this machine's catalogue, and beside them in a shared memcached L1 for the others.
+
+        A published page leaves the tree first, so the front server never answers with a page the gate knows
+        changed, and again after the mark, for a fill that published it meanwhile.
+        """
+        if self.published is not None:
+            self.published.unpublish(digests)
         marked = self.catalogue.mark(digests, reason)
+        if self.published is not None:
+            self.published.unpublish(digests)
         if digests:
             self.cache.share_marks(digests, self.clock(), self._shared_mark_s)
         return marked

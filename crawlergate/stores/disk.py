@@ -42,6 +42,8 @@ _COUNT_FILE = ".size"
 _TEMP_STALE_SECONDS = 60.0
 # What a file takes on disk: whole blocks of this size (ext4's and most file systems' default).
 BLOCK_BYTES = 4096
+# The folder of the published tree (stores/published.py): its files count against the cap too.
+PUBLISHED_FOLDER = "published"
 # How often a process recounts the directory, which other processes write to too.
 RESCAN_SECONDS = 30.0
 # On a full disk, a write first frees this share of the cache (or twice the page, if more).
@@ -74,6 +76,9 @@ class DiskStore:
         self._rescan_at = 0.0
         # Called once for each page deleted to stay within max_bytes (the cache counts them).
         self.on_evict: Callable[[], None] = _nothing
+        # Called under the shared lock for each page deleted or evicted: drops what else belongs to the page (its
+        # published copy) and returns the bytes that freed.
+        self.on_delete: Callable[[str], int] = _no_twin
 
     def start(self) -> None:
         """Create the directory, drop temporary files a crash left behind, and index the pages."""
@@ -94,10 +99,15 @@ class DiskStore:
         ``moving`` also moves pages of an older folder layout to their place and drops temporary files.
         """
         found: list[tuple[float, str, int]] = []
+        published_bytes = 0
+        published = os.path.join(self.root, PUBLISHED_FOLDER)
         for folder, _, files in os.walk(self.root):
             for name in files:
                 path = os.path.join(folder, name)
-                if name.startswith(_TEMP_PREFIX):
+                if folder.startswith(published) and not name.startswith(_TEMP_PREFIX):
+                    with contextlib.suppress(OSError):
+                        published_bytes += on_disk(os.lstat(path).st_size)
+                elif name.startswith(_TEMP_PREFIX):
                     # A crash's leftovers; not a write another process (a worker beside this one) has under way.
                     with contextlib.suppress(OSError):
                         if moving and os.stat(path).st_mtime < time.time() - _TEMP_STALE_SECONDS:
@@ -109,7 +119,7 @@ class DiskStore:
                             self.path_for(key).parent.mkdir(parents=True, exist_ok=True)
                             os.replace(path, self.path_for(key))
                         stat = os.stat(self.path_for(key))
-                        found.append((stat.st_mtime, key, _on_disk(stat.st_size)))
+                        found.append((stat.st_mtime, key, on_disk(stat.st_size)))
         found.sort()
         with self._lock:
             served = [key for key in self._recency]
@@ -120,7 +130,7 @@ class DiskStore:
             self._rescan_at = self._clock() + RESCAN_SECONDS
         with self._counted() as total:
             if moving:  # at start: the folder as it is, whatever a crash left in the count
-                total[0] = sum(size for _, _, size in found)
+                total[0] = sum(size for _, _, size in found) + published_bytes
             self._evict_past_cap(total)
 
     def __len__(self) -> int:
@@ -132,6 +142,25 @@ class DiskStore:
 
     def path_for(self, key: str) -> Path:
         return self.root / key[0:2] / (key + SUFFIX)
+
+    def has_file(self, key: str) -> bool:
+        """Whether the page's file is on disk now (asks the disk: another process may have written it)."""
+        return self.path_for(key).exists()
+
+    def alongside(self, key: str, work: Callable[[], int]) -> bool:
+        """Run ``work`` under the shared lock if the page's file is there, counting the bytes it returns as added
+        (and evicting past the cap, never this page); False when the page is gone."""
+        with self._counted() as total:
+            if not self.path_for(key).exists():
+                return False
+            total[0] += work()
+            self._evict_past_cap(total, keep=key)
+        return True
+
+    def adjust(self, work: Callable[[], int]) -> None:
+        """Run ``work`` under the shared lock, counting the bytes it returns as added (negative: freed)."""
+        with self._counted() as total:
+            total[0] += work()
 
     def get(self, key: str) -> bytes | None:
         try:
@@ -154,7 +183,7 @@ class DiskStore:
             if exc.errno != errno.ENOSPC:
                 raise StoreUnavailable(f"L2 write of {key}: {exc.strerror}") from exc
             # The disk is full (of our pages or of something else): make room, then try once more.
-            self._free(max(int(self.used_bytes * ENOSPC_EVICT_SHARE), 2 * _on_disk(len(value))))
+            self._free(max(int(self.used_bytes * ENOSPC_EVICT_SHARE), 2 * on_disk(len(value))))
             try:
                 self._write(key, value)
             except OSError as again:
@@ -167,7 +196,7 @@ class DiskStore:
         evicting past the cap before the lock is let go."""
         path = self.path_for(key)
         temp = path.with_name(f"{_TEMP_PREFIX}{key}-{os.getpid()}-{threading.get_ident()}")
-        size = _on_disk(len(value))
+        size = on_disk(len(value))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(temp, "wb") as handle:
@@ -192,10 +221,9 @@ class DiskStore:
             with self._counted() as total:
                 path = self.path_for(key)
                 size = _size_of(path)
-                path.unlink()
-                total[0] -= size
-        except FileNotFoundError:
-            pass
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                total[0] -= size + self.on_delete(key)
         except OSError as exc:
             raise StoreUnavailable(f"L2 delete of {key}: {exc.strerror}") from exc
         with self._lock:
@@ -284,21 +312,26 @@ class DiskStore:
                 if from_disk:
                     return  # a page that cannot be deleted would be picked again and again
                 continue
-            total[0] -= size
+            total[0] -= size + self.on_delete(victim)
             self.on_evict()
 
 
-def _on_disk(size: int) -> int:
+def on_disk(size: int) -> int:
+    """What a file of ``size`` bytes takes on disk, as counted: whole blocks."""
     return -(-size // BLOCK_BYTES) * BLOCK_BYTES
 
 
 def _size_of(path: Path) -> int:
     """What a page's file takes on disk, as counted; 0 when there is none."""
     try:
-        return _on_disk(os.stat(path).st_size)
+        return on_disk(os.stat(path).st_size)
     except FileNotFoundError:
         return 0
 
 
 def _nothing() -> None:
     pass
+
+
+def _no_twin(key: str) -> int:
+    return 0

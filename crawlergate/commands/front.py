@@ -1,0 +1,70 @@
+"""The front server's command: nginx-config."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from crawlergate.classify import Classifier
+from crawlergate.commands.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    add_settings_flags,
+    add_site_flags,
+    flag_overrides,
+    settings_of,
+)
+from crawlergate.front.nginx import HTTP_FILE, SERVER_FILE, nginx_include
+from crawlergate.rules import load_site_profiles
+
+DEFAULT_DIRECT_LOG = "/var/log/nginx/crawlergate-direct.log"
+
+
+def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The sub-commands of this family, added to the top parser's."""
+    config = commands.add_parser(
+        "nginx-config",
+        help="write the nginx include that answers announced crawlers from the published tree",
+        description="Write an nginx include, generated from the active rules and settings, with which nginx answers "
+        "announced crawlers from the gate's published tree (front.publish) and sends everyone else to the gate: "
+        f"{HTTP_FILE} for the http block, {SERVER_FILE} for the server block.",
+    )
+    add_site_flags(config)
+    add_settings_flags(config, cache=True)
+    config.add_argument("--out", type=Path, default=Path("."), help="the folder to write the two files to (default .)")
+    config.add_argument(
+        "--gate", help="the gate's address as nginx reaches it (default: server.host:server.port, 127.0.0.1:8080)"
+    )
+    config.add_argument(
+        "--direct-log",
+        default=DEFAULT_DIRECT_LOG,
+        help=f"where nginx logs its direct hits, for the gate's front.direct_log (default {DEFAULT_DIRECT_LOG})",
+    )
+    config.set_defaults(handler=_run_nginx_config)
+
+
+def _run_nginx_config(args: argparse.Namespace) -> int:
+    settings = settings_of(args, flag_overrides(args))
+    profiles = load_site_profiles(settings.classify.rules_dir, settings.cache.sites)
+    classifier = Classifier.from_settings(
+        settings.classify, extra_session_cookies=[name for profile in profiles for name in profile.session_cookies]
+    )
+    gate = args.gate or f"{settings.server.host}:{settings.server.port}"
+    files = nginx_include(settings, gate=gate, direct_log=Path(args.direct_log), classifier=classifier)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (args.out / name).write_text(text)
+    except OSError as exc:
+        print(f"crawlergate: cannot write the include to {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    folder = args.out.resolve()
+    print(f"wrote {folder / HTTP_FILE} and {folder / SERVER_FILE}; in nginx.conf:")
+    print(f"    http   {{ include {folder / HTTP_FILE}; ... }}")
+    print(f"    server {{ include {folder / SERVER_FILE}; ... }}")
+    print("and in the gate's settings:")
+    print(f'    [front]\n    publish = true\n    direct_log = "{args.direct_log}"')
+    if not settings.front.publish:
+        print("(front.publish is off in these settings: nginx finds no page until the gate publishes them)")
+    return EXIT_OK

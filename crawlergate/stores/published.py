@@ -1,0 +1,310 @@
+"""PublishedTree: stored pages laid out by URL, so a front server (nginx) answers crawlers from disk.
+
+The paper's Apache sent crawlers pre-compressed files straight from disk; the dynamic application
+never saw a cached crawler request. The L2 folder names pages by digest, which no web server can
+find from a URL, so beside it the gate keeps a second tree, addressed by URL: the gzip body of each
+fresh page a static server can answer as-is, at ``published/<host>/<path>.gz`` (a path ending in
+``/`` at ``<path>/.index.gz``). Only plain paths are published (``PLAIN_PATH``: no escapes, no query,
+no dot segments, no segment starting with a dot), so the path nginx reads from a request is the
+page's key, letter for letter; the nginx include sends every other request to the gate.
+
+A page leaves the tree before anything else learns it changed (the gate unpublishes before it marks),
+when it expires (a sweeper thread), and with its L2 copy (the disk store calls ``remove`` for each page
+it deletes or evicts). Each published page has a link beside its L2 copy (``ab/<digest>.pub``: where it
+is published, until when), so any process can find it from the digest. Writes go through directory
+descriptors opened without following symbolic links, then a rename: a link planted in the tree leads
+nowhere, and nginx never reads half a page. The published bytes count against L2's cap.
+
+    tree = PublishedTree(l2, host="forum.example")
+    tree.publish(key, page)   # after the page is stored and known unmarked
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import heapq
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from crawlergate.keys import CacheKey, digest_of
+from crawlergate.page import Page
+from crawlergate.stores.disk import PUBLISHED_FOLDER, DiskStore, on_disk
+
+logger = logging.getLogger(__name__)
+
+# A path nginx can map to a file by itself, equal to its cache key: plain characters, no segment starting
+# with a dot (so no dot segments, and the tree's own dotfiles are never addressable), no query. The nginx
+# include holds the same expression (a test checks they agree).
+PLAIN_PATH = r"^(?:/[A-Za-z0-9_~!*+,:@=-][A-Za-z0-9._~!*+,:@=-]*)*/?$"
+_PLAIN_PATH = re.compile(PLAIN_PATH)
+# A path ending in "/" is published as this file in its folder (nginx's include rewrites to it).
+INDEX_NAME = ".index"
+SUFFIX = ".gz"
+LINK_SUFFIX = ".pub"
+_TEMP_PREFIX = ".tmp-"
+# The one content type the include gives every published file.
+CONTENT_TYPE = "text/html; charset=utf-8"
+# A page is unpublished this long before it expires: the sweeper wakes once a second.
+EXPIRY_MARGIN_S = 2.0
+_SEGMENT_MAX_BYTES = 255
+_OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def host_folder(site_url: str) -> str:
+    """The folder of a site's published pages: the host name of its public URL (or origin), without a port."""
+    host = urlsplit(site_url).hostname if site_url else None
+    return (host or "default").replace(":", "-")
+
+
+def published_name(target: str) -> str | None:
+    """The file, relative to a host's folder, that holds the page of ``target``; None when not publishable."""
+    if not _PLAIN_PATH.fullmatch(target):
+        return None
+    name = target[1:] + INDEX_NAME if target.endswith("/") else target[1:]
+    name += SUFFIX
+    if any(len(segment.encode()) > _SEGMENT_MAX_BYTES for segment in name.split("/")):
+        return None
+    return name
+
+
+def target_of(name: str) -> str:
+    """The page target a published file's name (relative to its host folder) stands for."""
+    name = name.removesuffix(SUFFIX)
+    if name == INDEX_NAME or name.endswith("/" + INDEX_NAME):
+        return "/" + name.removesuffix(INDEX_NAME)
+    return "/" + name
+
+
+def publishable(page: Page, now: float) -> bool:
+    """Whether a static server can answer with this page as the gate would: a 200 HTML page in UTF-8 whose only
+    kept header is a ``Vary: Accept-Encoding``, not about to expire."""
+    if page.status != 200 or page.expires_at <= now + 2 * EXPIRY_MARGIN_S:
+        return False
+    if page.content_type.replace(" ", "").lower() != CONTENT_TYPE.replace(" ", ""):
+        return False
+    return all(name == "vary" and value.strip().lower() == "accept-encoding" for name, value in page.headers)
+
+
+class PublishedTree:
+    """The published pages of one host, beside the L2 store whose cap they count against.
+
+    Parameters:
+        l2: the disk store: its folder holds the tree (``published/<host>``) and the links.
+        host: the site's public host name (its folder).
+        clock: wall-clock time, as the pages' expiry.
+    """
+
+    def __init__(self, l2: DiskStore, *, host: str, clock: Callable[[], float] = time.time) -> None:
+        self.l2 = l2
+        self.host = host
+        self.root = l2.root / PUBLISHED_FOLDER / host
+        self.clock = clock
+        self._due: list[tuple[float, str]] = []
+        self._due_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._sweeper: threading.Thread | None = None
+        l2.on_delete = self.remove
+
+    def start(self, marked: Callable[[], Iterable[str]]) -> None:
+        """Create the host's folder, then in the background drop what must not be served (a page marked, expired
+        or gone from L2 while the gate was down: a crash between a mark and its unpublish) and watch expiries."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._stopping.clear()
+        self._sweeper = threading.Thread(target=self._run, args=(marked,), name="crawlergate-published", daemon=True)
+        self._sweeper.start()
+
+    def close(self) -> None:
+        self._stopping.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=5)
+            self._sweeper = None
+
+    def publish(self, key: CacheKey, page: Page) -> bool:
+        """Put a stored page in the tree, if a static server can answer with it; True when it was published.
+
+        The caller publishes only a page it stored and found unmarked, and unpublishes it when a mark came
+        meanwhile (``unpublish`` after ``catalogue.marked_now``).
+        """
+        name = published_name(key.target)
+        if name is None or not publishable(page, self.clock()):
+            return False
+        folder, _, file_name = name.rpartition("/")
+        temp = f"{_TEMP_PREFIX}{key.digest}-{os.getpid()}-{threading.get_ident()}"
+        try:
+            directory = _open_folder(self.root, folder.split("/") if folder else [], create=True)
+        except OSError:
+            return False  # a name taken by a page's file, or a planted link: this page stays with the gate
+        try:
+            _write(directory, temp, page.body_gz, page.last_modified)
+            place = functools.partial(self._place, key.digest, directory, temp, file_name, name, page)
+            placed = self.l2.alongside(key.digest, place)
+        except OSError as exc:
+            logger.warning("could not publish %s: %s", key.target, exc)
+            placed = False
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=directory)
+            os.close(directory)
+        if placed:
+            with self._due_lock:
+                heapq.heappush(self._due, (page.expires_at, key.digest))
+        return placed
+
+    def unpublish(self, digests: Iterable[str]) -> None:
+        """Take pages out of the tree (a mark, a purge): nginx sends their next request to the gate."""
+        for digest in digests:
+            self.l2.adjust(functools.partial(self._freed, digest))
+
+    def _freed(self, digest: str) -> int:
+        return -self.remove(digest)
+
+    def remove(self, digest: str) -> int:
+        """Delete a page's published file and link; the bytes freed (the disk store calls this as it deletes)."""
+        link = self._link(digest)
+        try:
+            name = json.loads(link.read_bytes())["p"]
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError, KeyError, TypeError):
+            name = ""
+        freed = 0
+        if isinstance(name, str) and name:
+            freed = self._remove_file(name)
+        with contextlib.suppress(FileNotFoundError):
+            link.unlink()
+        return freed
+
+    def _place(self, digest: str, directory: int, temp: str, file_name: str, name: str, page: Page) -> int:
+        """Under L2's lock, with the page's L2 copy there: the link, then the file; the bytes added."""
+        link = self._link(digest)
+        link_temp = link.with_name(f"{_TEMP_PREFIX}{digest}-{os.getpid()}-{threading.get_ident()}.pub")
+        link_temp.write_bytes(json.dumps({"p": name, "x": page.expires_at}).encode())
+        os.replace(link_temp, link)
+        replaced = _blocks_at(directory, file_name)
+        os.rename(temp, file_name, src_dir_fd=directory, dst_dir_fd=directory)
+        return on_disk(len(page.body_gz)) - replaced
+
+    def _remove_file(self, name: str) -> int:
+        folder, _, file_name = name.rpartition("/")
+        try:
+            directory = _open_folder(self.root, folder.split("/") if folder else [], create=False)
+        except OSError:
+            return 0
+        try:
+            size = _blocks_at(directory, file_name)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(file_name, dir_fd=directory)
+            return size
+        finally:
+            os.close(directory)
+
+    def _link(self, digest: str) -> Path:
+        return self.l2.path_for(digest).with_suffix(LINK_SUFFIX)
+
+    def _run(self, marked: Callable[[], Iterable[str]]) -> None:
+        try:
+            self.check(set(marked()))
+        except Exception:  # the sweeper must keep running: a failed check only leaves work for the next start
+            logger.exception("checking the published pages failed")
+        while not self._stopping.wait(1.0):
+            self.sweep()
+
+    def check(self, marked: set[str]) -> None:
+        """Drop published pages that are marked, expired or without their L2 copy, and files without a link."""
+        now = self.clock()
+        for shard in sorted(os.listdir(self.l2.root)) if self.l2.root.is_dir() else ():
+            with contextlib.suppress(OSError), os.scandir(self.l2.root / shard) as entries:
+                for entry in entries:
+                    if not entry.name.endswith(LINK_SUFFIX) or entry.name.startswith(_TEMP_PREFIX):
+                        continue
+                    digest = entry.name.removesuffix(LINK_SUFFIX)
+                    expires_at = _expiry(Path(entry.path))
+                    if expires_at == float("inf"):
+                        continue  # unpublished meanwhile
+                    if digest in marked or expires_at <= now + EXPIRY_MARGIN_S or not self.l2.has_file(digest):
+                        self.unpublish([digest])
+                    else:
+                        with self._due_lock:
+                            heapq.heappush(self._due, (expires_at, digest))
+        for folder, _, files in os.walk(self.root):
+            for file_name in files:
+                if file_name.startswith(_TEMP_PREFIX) or not file_name.endswith(SUFFIX):
+                    continue
+                name = os.path.relpath(os.path.join(folder, file_name), self.root)
+                if not self._link(digest_of(target_of(name))).exists():
+                    self.l2.adjust(functools.partial(_negated, self._remove_file, name))
+
+    def sweep(self) -> None:
+        """Unpublish the pages whose lifetime ends within the margin (a page published again meanwhile stays)."""
+        soon = self.clock() + EXPIRY_MARGIN_S
+        while True:
+            with self._due_lock:
+                if not self._due or self._due[0][0] > soon:
+                    return
+                _, digest = heapq.heappop(self._due)
+            expires_at = _expiry(self._link(digest))
+            if expires_at == float("inf"):
+                continue  # already gone
+            if expires_at > soon:
+                with self._due_lock:
+                    heapq.heappush(self._due, (expires_at, digest))
+            else:
+                self.unpublish([digest])
+
+
+def _negated(work: Callable[[str], int], name: str) -> int:
+    return -work(name)
+
+
+def _open_folder(root: Path, parts: list[str], *, create: bool) -> int:
+    """A descriptor of ``root/parts…``, each step opened without following a symbolic link."""
+    directory = os.open(root, _OPEN_DIRECTORY)
+    try:
+        for part in parts:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=directory)
+            inner = os.open(part, _OPEN_DIRECTORY, dir_fd=directory)
+            os.close(directory)
+            directory = inner
+    except OSError:
+        os.close(directory)
+        raise
+    return directory
+
+
+def _write(directory: int, name: str, data: bytes, modified: float) -> None:
+    """A new file in ``directory`` (never through a link), with the page's Last-Modified as its time."""
+    handle = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=directory)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(handle, view) :]
+    finally:
+        os.close(handle)
+    os.utime(name, (modified, modified), dir_fd=directory, follow_symlinks=False)
+
+
+def _blocks_at(directory: int, name: str) -> int:
+    try:
+        return on_disk(os.stat(name, dir_fd=directory, follow_symlinks=False).st_size)
+    except FileNotFoundError:
+        return 0
+
+
+def _expiry(link: Path) -> float:
+    """When a linked page expires: inf when the link is gone, 0 when it cannot be read (dropped)."""
+    try:
+        return float(json.loads(link.read_bytes())["x"])
+    except FileNotFoundError:
+        return float("inf")
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
