@@ -93,7 +93,9 @@ def build_core(
     )
     cache = cache if cache is not None else build_cache(settings, Metrics(settings.metrics.shared_dir or None))
     families = (family.name for family in classifier.ruleset.families)
-    published = PublishedTree(cache.l2, host=host_folder(settings.site_url), clock=clock) if settings.front.publish else None
+    published = None
+    if settings.front.publish:
+        published = PublishedTree(cache.l2, host=host_folder(settings.site_url), clock=clock)
     return GateCore(
         settings,
         cache=cache,
@@ -107,7 +109,6 @@ def build_core(
         clock=clock,
         published=published,
     )
-
 
 
 def build_admin(core: GateCore, figures: GateFigures, invalidation: Invalidation) -> AdminEndpoints:

@@ -54,9 +54,11 @@ def crawler_map(ruleset: RuleSet, served_families: Iterable[str]) -> list[MapEnt
     """The user-agent map's entries: people's fields and tokens first (never direct), then the tokens of the named
     families the policy serves from the cache (with their ``unless`` words as a look-ahead)."""
     entries: list[MapEntry] = []
-    if ruleset.people_fields:
-        fields = "|".join(f"(?:{pattern})" for pattern in ruleset.people_fields)
-        entries.append(MapEntry(fields.replace("\\\\", "\\x5c").replace('"', "\\x22"), crawler=False))
+    # The classifier blanks people's fields (a phone's model, an app's bracketed fields) before it looks for a
+    # token. nginx cannot blank, so a crawler's token is looked for from the start in steps that take a whole
+    # field at once (an atomic group: never half of one), and is never found inside one.
+    fields = "|".join(f"(?:{pattern})" for pattern in ruleset.people_fields)
+    skip = f"(?:(?>{_quoted(fields)}|.))*?" if fields else ".*"
     people = sorted({token for token in ruleset.human_tokens if token.isascii()})
     for start in range(0, len(people), _CHUNK):
         entries.append(MapEntry(_alternatives(people[start : start + _CHUNK]), crawler=False))
@@ -80,8 +82,8 @@ def crawler_map(ruleset: RuleSet, served_families: Iterable[str]) -> list[MapEnt
         unique = sorted(set(tokens))
         for start in range(0, len(unique), _CHUNK):
             found = _alternatives(unique[start : start + _CHUNK])
-            guard = f"^(?!.*{_alternatives(sorted(unless))})" if unless else ""
-            entries.append(MapEntry(f"{guard}.*{found}" if guard else found, crawler=True))
+            guard = f"(?!.*{_alternatives(sorted(unless))})" if unless else ""
+            entries.append(MapEntry(f"^{guard}{skip}{found}", crawler=True))
     return entries
 
 
@@ -110,7 +112,7 @@ def session_cookie_map(settings: Settings, classifier: Classifier) -> list[str]:
     """The body of the map that says 1 for a request without a session cookie (the classifier's rule)."""
     if settings.classify.session_cookie_rule == "any":
         # Any cookie may be a session: only a request without cookies is answered by nginx.
-        return ['"" 1;', "default \"\";"]
+        return ['"" 1;', 'default "";']
     profiles = load_site_profiles(settings.classify.rules_dir, settings.cache.sites)
     names = [*settings.classify.session_cookies, *(name for p in profiles for name in p.session_cookies)]
     alternatives = "|".join(_escape(name).replace(r"\x2a", "[^=;\\x20\\x09]*") for name in names if name)
@@ -208,6 +210,11 @@ def nginx_include(settings: Settings, *, gate: str, direct_log: Path, classifier
         "",
     ]
     return {HTTP_FILE: "\n".join(lines), SERVER_FILE: "\n".join(server)}
+
+
+def _quoted(pattern: str) -> str:
+    """A rules' regular expression inside nginx's double quotes: a backslash and a quote as \\xHH escapes."""
+    return pattern.replace("\\\\", "\\x5c").replace('"', "\\x22")
 
 
 def _alternatives(tokens: list[str]) -> str:

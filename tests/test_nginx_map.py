@@ -1,0 +1,84 @@
+"""The nginx include's crawler map against the classifier, on the public corpus of user agents: nginx may call
+a user agent an announced crawler only where the classifier does, and it should find most of them."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from crawlergate.classify import Classifier
+from crawlergate.config import Settings
+from crawlergate.front.nginx import crawler_map, map_says_crawler, served_families
+from crawlergate.stores.published import PLAIN_PATH, published_name, target_of
+
+CORPUS = Path(__file__).parent / "data" / "user_agents"
+
+
+def _user_agents(name: str) -> list[tuple[str, str]]:
+    with gzip.open(CORPUS / name, "rt", encoding="utf-8") as handle:
+        rows = (line.rstrip("\n").split("\t", 2) for line in handle if not line.startswith("#"))
+        return [(row[0], row[2]) for row in rows if len(row) == 3]
+
+
+@pytest.fixture(scope="module")
+def classifier() -> Classifier:
+    return Classifier.from_settings(Settings().classify)
+
+
+def test_the_map_never_calls_a_person_a_crawler_where_the_classifier_does_not(classifier: Classifier) -> None:
+    entries = crawler_map(classifier.ruleset, served_families(Settings(), classifier))
+    disagreements = [
+        user_agent
+        for _, user_agent in _user_agents("corpus-people.tsv.gz") + _user_agents("corpus-crawlers.tsv.gz")
+        if map_says_crawler(entries, user_agent) and not classifier.classify(user_agent).is_crawler
+    ]
+    assert disagreements == []
+
+
+def test_the_map_finds_the_announced_search_engines_and_ai_crawlers(classifier: Classifier) -> None:
+    entries = crawler_map(classifier.ruleset, served_families(Settings(), classifier))
+    for crawler_set, least in (("search-engine", 0.85), ("ai-crawler", 0.85)):
+        named = [ua for kind, ua in _user_agents("corpus-crawlers.tsv.gz") if kind == crawler_set]
+        named = [ua for ua in named if classifier.classify(ua).family not in ("", "unknown")]
+        found = sum(map_says_crawler(entries, ua) for ua in named)
+        assert found / len(named) >= least, (crawler_set, found, len(named))
+
+
+def test_a_family_the_policy_denies_or_passes_is_left_to_the_gate(classifier: Classifier, tmp_path: Path) -> None:
+    rules = Path(__file__).parent.parent / "rules"
+    for name in rules.iterdir():
+        if name.is_file():
+            (tmp_path / name.name).write_bytes(name.read_bytes())
+    (tmp_path / "policy.toml").write_text('[class]\ncrawler = "cache"\n[family]\nGooglebot = "deny"\n')
+    settings = Settings()
+    settings = type(settings)(classify=type(settings.classify)(rules_dir=str(tmp_path)))
+    served = served_families(settings, classifier)
+    assert "Googlebot" not in served and "Bingbot" in served
+    entries = crawler_map(classifier.ruleset, served)
+    assert not map_says_crawler(entries, "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)")
+    assert map_says_crawler(entries, "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)")
+
+
+@pytest.mark.parametrize(
+    ("target", "name"),
+    [
+        ("/", ".index.gz"),
+        ("/topic/1", "topic/1.gz"),
+        ("/forum/", "forum/.index.gz"),
+        ("/a.gz", "a.gz.gz"),
+        ("/topic/1?x=1", None),
+        ("/topic/%2F", None),
+        ("/.hidden", None),
+        ("/a/../b", None),
+        ("//double", None),
+        ("/a;b", None),
+        ("/" + "x" * 300, None),
+    ],
+)
+def test_only_plain_paths_are_published_and_their_names_lead_back(target: str, name: str | None) -> None:
+    assert published_name(target) == name
+    if name is not None:
+        assert target_of(name) == target
+    assert PLAIN_PATH.startswith("^") and PLAIN_PATH.endswith("$")
