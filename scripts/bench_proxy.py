@@ -3,6 +3,9 @@
 - Crawler L1 hits: wrk with Googlebot's user agent on one cached thread page, 32 connections,
   through `crawlergate serve` and through nginx configured to cache crawler requests the same way
   (scripts/nginx-proxy-cache.conf), at 1 and 2 workers each.
+- Crawler hits at the static-file limit: the forum's front page, through nginx with the include
+  `crawlergate nginx-config` writes (answered from the gate's published tree, its JSON log of
+  direct hits on), beside nginx `gzip_static` sending the very same file, and `crawlergate serve`.
 - Human pass-through: one request at a time with a person's page-load headers (no queueing, so the
   difference is the proxy's own cost), straight to the forum, whose pages cost 20 ms of CPU, through
   `crawlergate serve` and through a plain nginx proxy_pass, in turn, request by request.
@@ -64,6 +67,69 @@ def _run_nginx(prefix: Path, template: str, values: dict[str, object]) -> subpro
         config = config.replace("{" + name + "}", str(value))
     (prefix / "nginx.conf").write_text(config)
     return subprocess.Popen(["nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf")], stderr=subprocess.DEVNULL)
+
+
+NGINX_WITH_INCLUDE = """
+worker_processes 1;
+daemon off;
+user root;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    include {prefix}/include/crawlergate-http.conf;
+    server {
+        listen 127.0.0.1:{port};
+        include {prefix}/include/crawlergate-server.conf;
+    }
+}
+"""
+
+NGINX_GZIP_STATIC = """
+worker_processes 1;
+daemon off;
+user root;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    server {
+        listen 127.0.0.1:{port};
+        root {prefix}/static;
+        gzip_static on;
+        default_type "text/html; charset=utf-8";
+    }
+}
+"""
+
+
+def start_direct_front(folder: Path, port: int, gate: int, forum: int) -> tuple[list[subprocess.Popen[bytes]], Path]:
+    """A gate that publishes its pages and nginx with the generated include in front of it; the gate's L2."""
+    prefix = folder / "nginx-direct"
+    prefix.mkdir()
+    cache = folder / "l2-direct"
+    config = prefix / "gate.toml"
+    config.write_text(f'[front]\npublish = true\ndirect_log = "{prefix / "direct.log"}"\n')
+    origin = f"http://127.0.0.1:{forum}"
+    command = [sys.executable, "-m", "crawlergate", "serve", "--origin", origin, "--port", str(gate)]
+    command += ["--cache-dir", str(cache), "--config", str(config)]
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
+    gate_process = subprocess.Popen(command, stderr=subprocess.DEVNULL, env=environment)
+    include = [sys.executable, "-m", "crawlergate", "nginx-config", "--out", str(prefix / "include")]
+    include += ["--origin", origin, "--cache-dir", str(cache), "--gate", f"127.0.0.1:{gate}"]
+    include += ["--direct-log", str(prefix / "direct.log")]
+    subprocess.run(include, check=True, capture_output=True, env=environment)
+    return [gate_process, _run_nginx(prefix, NGINX_WITH_INCLUDE, {"port": port})], cache
+
+
+def start_gzip_static(folder: Path, port: int, published: Path) -> subprocess.Popen[bytes]:
+    """nginx gzip_static sending the published front page as /front.html."""
+    prefix = folder / "nginx-static"
+    (prefix / "static").mkdir(parents=True)
+    shutil.copyfile(published, prefix / "static" / "front.html.gz")
+    return _run_nginx(prefix, NGINX_GZIP_STATIC, {"port": port})
 
 
 NGINX_PLAIN_PROXY = """
@@ -201,6 +267,20 @@ def bench_forum(args: argparse.Namespace) -> None:
             for url in crawler_cases.values():
                 warm = httpx.get(url, headers={"user-agent": GOOGLEBOT, "accept-encoding": "gzip"})
                 warm.raise_for_status()
+            direct_gate, direct_nginx, static_nginx = free_port(), free_port(), free_port()
+            started, cache = start_direct_front(folder, direct_nginx, direct_gate, forum)
+            processes += started
+            wait_for(direct_gate)
+            wait_for(direct_nginx)
+            front_page = f"http://127.0.0.1:{direct_nginx}/"
+            _wait_published(front_page)
+            processes.append(start_gzip_static(folder, static_nginx, cache / "published" / "127.0.0.1" / ".index.gz"))
+            wait_for(static_nginx)
+            crawler_cases["crawlergate, 1 worker(s), front page"] = f"http://127.0.0.1:{gate_ports[1]}/"
+            crawler_cases["nginx + include, direct, front page"] = front_page
+            crawler_cases["nginx gzip_static, same file"] = f"http://127.0.0.1:{static_nginx}/front.html"
+            for url in crawler_cases.values():
+                httpx.get(url, headers={"user-agent": GOOGLEBOT, "accept-encoding": "gzip"}).raise_for_status()
             plain_nginx = free_port()
             processes.append(start_plain_nginx(folder, plain_nginx, forum))
             wait_for(plain_nginx)
@@ -224,11 +304,22 @@ def bench_forum(args: argparse.Namespace) -> None:
     for workers in (1, 2):
         ours, theirs = median[f"crawlergate, {workers} worker(s)"], median[f"nginx proxy_cache, {workers} worker(s)"]
         print(f"crawler hits, {workers} worker(s): crawlergate at {ours['rps'] / theirs['rps']:.0%} of nginx")
+    direct, static = median["nginx + include, direct, front page"], median["nginx gzip_static, same file"]
+    print(f"direct crawler hits through nginx with the include: {direct['rps'] / static['rps']:.0%} of gzip_static")
     print(
         f"\nHuman pass-through, {args.work_ms:g} ms forum page, {args.human_requests} requests each, one at a "
         "time, interleaved (direct, crawlergate, nginx, direct, ...) on keep-alive connections"
     )
     _print_paired(human, "straight to the forum")
+
+
+def _wait_published(url: str) -> None:
+    """Ask as Googlebot until nginx answers from the published tree (the first answer fills the gate)."""
+    deadline = time.monotonic() + 30
+    while httpx.get(url, headers={"user-agent": GOOGLEBOT}).headers.get("x-crawlergate") != "l2-hit; direct":
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{url} was never answered from the published tree")
+        time.sleep(0.1)
 
 
 def paired_latencies(ports: dict[str, int], path: str, requests: int) -> dict[str, list[float]]:

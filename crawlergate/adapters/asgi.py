@@ -25,9 +25,9 @@ from crawlergate.adapters.inapp import AsgiOrigin
 from crawlergate.cache import CacheHit, TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
-from crawlergate.gate.answer import send_response
+from crawlergate.gate.answer import Response, send_response
 from crawlergate.gate.fill import FillResult
-from crawlergate.gate.flow import PASS_HEADER, Waiting, advance, run
+from crawlergate.gate.flow import PASS_HEADER, Prepared, Waiting, run
 from crawlergate.gate.origin import OriginResponse, PublicSite
 from crawlergate.gate.request import Decision, Request, Route
 from crawlergate.gate.writes import FORM_BYTES
@@ -36,6 +36,8 @@ from crawlergate.regenerate.schedule import start_async_scheduler
 from crawlergate.wiring import GateRuntime
 
 T = TypeVar("T")
+# The scope key under which a server that decided a request itself (``answer_at_once``) hands it on.
+PREPARED = "crawlergate.prepared"
 
 
 class CrawlerGateMiddleware(GateAdapter):
@@ -89,23 +91,25 @@ class CrawlerGateMiddleware(GateAdapter):
             # At startup, or at the first request of an app without a lifespan (Django's).
             self._scheduling = True
             self.runtime.start_schedule(start_async_scheduler)
-        started = time.perf_counter()
-        client = scope.get("client")
-        request = Request(
-            scope["method"],
-            scope["path"],
-            scope.get("raw_path") or scope["path"].encode("utf-8"),
-            scope.get("query_string", b""),
-            scope["headers"],
-            client[0] if client else None,
-            scope.get("scheme", "http"),
-            scope.get("http_version", "1.1"),
-        )
-        decision = self.core.decide(request)
+        prepared: Prepared | None = scope.get(PREPARED)
+        if prepared is None:
+            client = scope.get("client")
+            request = Request(
+                scope["method"],
+                scope["path"],
+                scope.get("raw_path") or scope["path"].encode("utf-8"),
+                scope.get("query_string", b""),
+                scope["headers"],
+                client[0] if client else None,
+                scope.get("scheme", "http"),
+                scope.get("http_version", "1.1"),
+            )
+            prepared = self.flow.prepare(request, self, time.perf_counter())
+        request, decision, started = prepared.request, prepared.decision, prepared.started
         if decision.route is Route.ADMIN:
             await self.admin(scope, receive, send)
             return
-        answer = advance(self.flow.answer(request, decision), self)
+        answer = prepared.progress
         if isinstance(answer, Waiting):
             answer = await run(answer, self, scope)
         if answer is None:
@@ -113,6 +117,17 @@ class CrawlerGateMiddleware(GateAdapter):
             return
         await send_response(send, answer.response)
         self.flow.finish(request, decision, answer, started)
+
+    def answer_at_once(self, request: Request, started: float, scope: dict[str, object]) -> Response | None:
+        """For a server that parses requests itself (``serve``'s protocol): the whole response when the gate has
+        it at once; else None, and the request, decided, goes on through ``__call__`` (kept in ``scope``)."""
+        if not self._scheduling:
+            return None
+        answered = self.flow.answer_at_once(request, self, started)
+        if isinstance(answered, Prepared):
+            scope[PREPARED] = answered
+            return None
+        return answered
 
     async def lookup_l2(self, key: CacheKey) -> CacheHit | None:
         return await anyio.to_thread.run_sync(self.cache.lookup_l2, key)

@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
+import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+import httptools
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from crawlergate.config import ServerSettings
+from crawlergate.gate.answer import Response
+from crawlergate.gate.request import Request
 
 # A Host value: a registered name or an IPv4 address, or an IPv6 literal in brackets, with an optional port
 # (RFC 3986 3.2.2); nginx refuses the rest ("client sent invalid host header").
@@ -87,8 +93,30 @@ class _HeadJoiningTransport:
         return getattr(self._transport, name)
 
 
+# The app's ``answer_at_once`` (adapters/asgi.py): the whole response for a request, or None.
+AnswerAtOnce = Callable[[Request, float, Any], Response | None]
+
+
+class _Answered:
+    """Stands for the request cycle of a request the protocol answered itself: complete, so uvicorn's callbacks
+    (its body, its end, the connection's loss) leave it alone."""
+
+    response_started = True
+    response_complete = True
+    disconnected = False
+
+
+_ANSWERED = _Answered()
+
+
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
-    """HttpToolsProtocol that refuses oversized heads (431) and closes connections whose head is late."""
+    """HttpToolsProtocol that refuses oversized heads (431) and closes connections whose head is late.
+
+    A GET or HEAD the gate can answer at once (a crawler's L1 hit: ``answer_at_once`` of the app) is
+    answered here, head and body in one write, without an ASGI request cycle, a task or a scope's
+    messages: the gate's one decision and flow, asked from the protocol. Anything else (or anything
+    behind a response still under way) goes the ASGI way, decided once: the decision rides in the scope.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -105,6 +133,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._transfer_encoding = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._answer_at_once: AnswerAtOnce | None = getattr(self.app, "answer_at_once", None)
         self._writes = _HeadJoiningTransport(transport, self)
         super().connection_made(self._writes)  # type: ignore[arg-type]
         self._start_head_timer()
@@ -156,7 +185,55 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if malformed:
             self._refuse(b"400 Bad Request", malformed)
             return
+        if self._answer_at_once is not None and self._answered_at_once(self._answer_at_once):
+            return
         super().on_headers_complete()
+
+    def _answered_at_once(self, answer_at_once: AnswerAtOnce) -> bool:
+        """Ask the gate for the whole answer now, and send it; False when the request goes the ASGI way."""
+        method = self.parser.get_method()
+        if method not in (b"GET", b"HEAD") or self.parser.should_upgrade() or self.flow.write_paused:
+            return False
+        if (self.cycle is not None and not self.cycle.response_complete) or self.pipeline:
+            return False  # an answer still under way: this one must wait its turn
+        started = time.perf_counter()
+        version = self.parser.get_http_version()
+        parsed = httptools.parse_url(self.url)
+        raw_path = parsed.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        client = self.client
+        request = Request(
+            method.decode("ascii"),
+            self.root_path + path,
+            self.root_path.encode("ascii") + raw_path,
+            parsed.query or b"",
+            self.headers,
+            client[0] if client else None,
+            self.scheme or "http",
+            version,
+        )
+        response = answer_at_once(request, started, self.scope)
+        if response is None:
+            return False
+        status, headers, body = response
+        keep_alive = version != "1.0" and self.parser.should_keep_alive()
+        head = [STATUS_LINE[status]]
+        for name, value in (*self.server_state.default_headers, *headers):
+            head += (name, b": ", value, b"\r\n")
+        if not keep_alive:
+            head.append(b"connection: close\r\n")
+        head.append(b"\r\n")
+        head.append(body)
+        self.cycle = _ANSWERED  # type: ignore[assignment]
+        self.transport.write(b"".join(head))
+        if not keep_alive:
+            self.transport.close()
+        # A keep-alive timer armed after the previous answer (two requests in one read) is replaced, not doubled.
+        self._unset_keepalive_if_required()
+        self.on_response_complete()
+        return True
 
     def _malformed(self) -> bytes:
         """Why the request is refused before any app sees it (RFC 9112), for crawlers and people alike; or b""."""

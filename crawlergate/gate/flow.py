@@ -33,7 +33,14 @@ from typing import Any, Protocol
 from crawlergate.cache import CacheHit
 from crawlergate.errors import OriginTimeout
 from crawlergate.gate.accesslog import AccessLog
-from crawlergate.gate.answer import INLINE_PAGE_BYTES, Response, accepts_gzip, page_response, plain_response
+from crawlergate.gate.answer import (
+    INLINE_PAGE_BYTES,
+    SEND_PIECE_BYTES,
+    Response,
+    accepts_gzip,
+    page_response,
+    plain_response,
+)
 from crawlergate.gate.engine import GateCore
 from crawlergate.gate.fill import FillResult
 from crawlergate.gate.invalidate import Invalidation
@@ -116,6 +123,17 @@ class StepRunner(Protocol):
 
 
 @dataclass(slots=True)
+class Prepared:
+    """A request decided and advanced as far as it goes at once: an Answer, Waiting, or None (pass it on);
+    ``started`` is its ``time.perf_counter()`` reading."""
+
+    request: Request
+    decision: Decision
+    progress: Answer | Waiting | None
+    started: float
+
+
+@dataclass(slots=True)
 class Waiting:
     """Steps stopped at ``step``, which must wait: a lookup whose L1 read missed, a fill, or disk work."""
 
@@ -191,6 +209,23 @@ class CrawlerFlow:
         self.cache = core.cache
         self.metrics = core.metrics
         self.writes = core.writes
+
+    def prepare(self, request: Request, runner: StepRunner, started: float) -> Prepared:
+        """Decide a request and take its flow as far as it goes without waiting (``started``: a perf_counter)."""
+        decision = self.core.decide(request)
+        if decision.route is Route.ADMIN:
+            return Prepared(request, decision, None, started)
+        return Prepared(request, decision, advance(self.answer(request, decision), runner), started)
+
+    def answer_at_once(self, request: Request, runner: StepRunner, started: float) -> Response | Prepared:
+        """The whole response, counted and logged, when the gate has it at once (a crawler's L1 hit, a page small
+        enough to write in one go); else the request prepared, to go on the adapter's way."""
+        prepared = self.prepare(request, runner, started)
+        answer = prepared.progress
+        if isinstance(answer, Answer) and len(answer.response[2]) <= SEND_PIECE_BYTES:
+            self.finish(request, prepared.decision, answer, started)
+            return answer.response
+        return prepared
 
     def answer(self, request: Request, decision: Decision) -> Steps | None:
         """The steps to the answer the gate gives itself; None: the site answers (every request routed to PASS)."""
