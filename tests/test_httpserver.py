@@ -4,13 +4,17 @@ import asyncio
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 from starlette.applications import Starlette
-from starlette.responses import PlainTextResponse
+from starlette.responses import HTMLResponse, PlainTextResponse
 from starlette.routing import Route
 
 from crawlergate.adapters.httpserver import HeadLimits, LimitedHttpToolsProtocol
+from crawlergate.adapters.proxy import create_app
+from crawlergate.config import L2Settings, ServerSettings, Settings
 from tests.conftest import ServerThread
 
 pytestmark = pytest.mark.e2e
@@ -174,3 +178,70 @@ def test_httpserver_requests_rfc9112_forbids_are_refused_with_400(server: Server
 )
 def test_httpserver_ordinary_hosts_are_taken(server: ServerThread, host: bytes) -> None:
     assert _exchange(server, b"GET / HTTP/1.1\r\nHost: " + host + b"\r\n\r\n").startswith(b"HTTP/1.1 200 ")
+
+
+GOOGLEBOT_HEAD = b"User-Agent: Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)\r\n"
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[tuple[ServerThread, ServerThread]]:
+    """``serve``'s app and protocol in front of a site with a slow page, as ``crawlergate serve`` runs them."""
+
+    async def page(request):  # type: ignore[no-untyped-def]
+        if request.url.path == "/slow":
+            await asyncio.sleep(0.3)
+        return HTMLResponse(f"<html><body>{request.url.path}</body></html>")
+
+    site = ServerThread(Starlette(routes=[Route("/{path:path}", page)])).start()
+    settings = Settings(server=ServerSettings(origin=site.url), l2=L2Settings(cache_dir=str(tmp_path / "l2")))
+    front = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol).start()
+    yield front, site
+    front.stop()
+    site.stop()
+
+
+def _answers(port: int, data: bytes, count: int) -> list[bytes]:
+    """The raw answers to ``count`` requests sent in one write, in the order they came."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        raw.sendall(data)
+        received = b""
+        while received.count(b"HTTP/1.") < count or not received.endswith(b"</html>"):
+            chunk = raw.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+    return [b"HTTP/1." + part for part in received.split(b"HTTP/1.")[1:]]
+
+
+def test_httpserver_answers_a_crawler_hit_in_the_protocol_as_the_asgi_way_would(
+    gate: tuple[ServerThread, ServerThread],
+) -> None:
+    front, _ = gate
+    request = b"GET /t/1 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_HEAD + b"\r\n"
+    miss, hit = _answers(front.port, request, 1)[0], _answers(front.port, request, 1)[0]
+    assert b"x-crawlergate: miss" in miss and b"x-crawlergate: l1-hit" in hit
+    assert miss.partition(b"\r\n\r\n")[2] == hit.partition(b"\r\n\r\n")[2] == b"<html><body>/t/1</body></html>"
+    head = _answers(front.port, request.replace(b"GET", b"HEAD"), 1)
+    assert head[0].endswith(b"\r\n\r\n") and b"content-length: 30" in head[0]
+    # HTTP/1.0: answered, then the connection closes.
+    with socket.create_connection(("127.0.0.1", front.port), timeout=5) as raw:
+        raw.sendall(b"GET /t/1 HTTP/1.0\r\n" + GOOGLEBOT_HEAD + b"\r\n")
+        answer = b""
+        while chunk := raw.recv(65536):
+            answer += chunk
+    assert b"connection: close" in answer and answer.endswith(b"</html>")
+    stats = httpx.get(front.url + "/_crawlergate/stats").json()["crawler"]
+    assert (stats["requests"], stats["misses"], stats["l1_hits"]) == (4, 1, 3)
+
+
+def test_httpserver_keeps_pipelined_answers_in_order(gate: tuple[ServerThread, ServerThread]) -> None:
+    """A hit behind a slow answer still under way waits its turn: answers leave in the order asked."""
+    front, _ = gate
+    hit = b"GET /t/2 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_HEAD + b"\r\n"
+    _answers(front.port, hit, 1)
+    person = b"GET /slow HTTP/1.1\r\nHost: a\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 "
+    person += b"Firefox/120.0\r\nAccept: text/html\r\nAccept-Language: en\r\nSec-Fetch-Mode: navigate\r\n\r\n"
+    first, second, third = _answers(front.port, person + hit + hit, 3)
+    assert b"x-crawlergate: pass" in first and first.endswith(b"/slow</body></html>")
+    assert b"x-crawlergate: l1-hit" in second and second.endswith(b"/t/2</body></html>")
+    assert b"x-crawlergate: l1-hit" in third

@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,12 +27,18 @@ GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.
 VISITOR = "127.0.0.2"
 
 
-def _nginx_config(tmp_path: Path, nginx_port: int, gate_port: int, redirect_port: int) -> Path:
+def _nginx_config(tmp_path: Path, nginx_port: int, gate_port: int, redirect_port: int, gate_dir: Path) -> Path:
+    include = tmp_path / "include"
+    subprocess.run(
+        [sys.executable, "-m", "crawlergate", "nginx-config", "--out", str(include), "--gate", f"127.0.0.1:{gate_port}",
+         "--cache-dir", str(gate_dir / "l2"), "--direct-log", str(tmp_path / "direct.log")],
+        check=True, capture_output=True,
+    )  # fmt: skip
     site = CONFIG.read_text()
     replaced = {
         "listen 443 ssl http2;": f"listen 127.0.0.1:{nginx_port};",
         "listen 80;": f"listen 127.0.0.1:{redirect_port};",
-        "server 127.0.0.1:8080;": f"server 127.0.0.1:{gate_port};",
+        "include /etc/nginx/crawlergate/": f"include {include}/",
         "root /srv/forum;": f"root {tmp_path};",
         "ssl_certificate /etc/ssl/certs/forum.example.pem;": "",
         "ssl_certificate_key /etc/ssl/private/forum.example.key;": "",
@@ -39,6 +46,7 @@ def _nginx_config(tmp_path: Path, nginx_port: int, gate_port: int, redirect_port
     for shipped, here in replaced.items():
         assert shipped in site, f"{CONFIG} no longer holds {shipped!r}: update this test with it"
         site = site.replace(shipped, here)
+    assert "include /etc/nginx/crawlergate" not in site, "the test must point every include at its own copy"
     (tmp_path / "site.conf").write_text(site)
     temp = {name: tmp_path / name for name in ("body", "proxy", "fastcgi", "uwsgi", "scgi")}
     for folder in temp.values():
@@ -92,7 +100,7 @@ def test_nginx_front_serves_crawlers_from_the_gate_and_keeps_admin_closed(
         gate_port = int(gate.rsplit(":", 1)[1])
         nginx_port = free_port()
         redirect_port = free_port()
-        config = _nginx_config(nginx_dir, nginx_port, gate_port, redirect_port)
+        config = _nginx_config(nginx_dir, nginx_port, gate_port, redirect_port, gate_dir)
         checked = subprocess.run([nginx_binary, "-t", "-c", str(config), "-p", str(nginx_dir)], capture_output=True)
         assert checked.returncode == 0, checked.stderr.decode()
         nginx = subprocess.Popen([nginx_binary, "-c", str(config), "-p", str(nginx_dir)], stderr=subprocess.DEVNULL)

@@ -105,6 +105,11 @@ class _Answered:
     response_complete = True
     disconnected = False
 
+    class message_event:  # noqa: N801 - the cycle's attribute uvicorn sets when the connection is lost
+        @staticmethod
+        def set() -> None:
+            pass
+
 
 _ANSWERED = _Answered()
 

@@ -250,7 +250,7 @@ def open_log(path: Path) -> int:
 
 def _open_appending(path: Path) -> int:
     # O_APPEND: every write lands at the end, whoever else appends (other workers) or truncates (copytruncate).
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
 
 
 def _format(
