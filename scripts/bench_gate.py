@@ -1,6 +1,7 @@
 """The gate under load: crawler L1 hits against a bare endpoint, and human pass-through overhead.
 
-Each case is a uvicorn server (same settings: one worker, httptools, uvloop) started in its own
+Each case is a uvicorn server (same settings: one worker, httptools, uvloop; the gate cases on `serve`'s
+protocol, crawlergate/adapters/httpserver.py) started in its own
 process on loopback, loaded by wrk (a C load generator, so the client does not limit the figures)
 with 32 connections. Pairs run alternately, `--rounds` times, and medians are reported:
 
@@ -159,9 +160,13 @@ def serve(name: str, port: int, cache_dir: str, memcached: str) -> None:
     import uvicorn
 
     app = build_app(name, cache_dir, memcached)
-    uvicorn.run(
-        app, host="127.0.0.1", port=port, log_level="warning", http="httptools", loop="uvloop", access_log=False
-    )
+    # The gate cases on serve's own protocol, which answers a crawler's L1 hit without an ASGI cycle.
+    protocol: object = "httptools"
+    if name.startswith("gate"):
+        from crawlergate.adapters.httpserver import LimitedHttpToolsProtocol
+
+        protocol = LimitedHttpToolsProtocol
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", http=protocol, loop="uvloop", access_log=False)
 
 
 def _cpu_seconds(pid: int) -> float:
