@@ -71,6 +71,7 @@ def _run_nginx(prefix: Path, template: str, values: dict[str, object]) -> subpro
 
 NGINX_WITH_INCLUDE = """
 worker_processes 1;
+pcre_jit on;
 daemon off;
 user root;
 pid {prefix}/nginx.pid;

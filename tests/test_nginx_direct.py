@@ -319,15 +319,15 @@ def test_a_mark_written_before_a_crash_unpublishes_at_the_next_start(
 
 
 def test_nginx_reads_the_generated_map_as_python_does(front: Front) -> None:
-    """The map's patterns (atomic groups, look-aheads, \\x escapes) mean the same to nginx's PCRE as to Python's re,
+    """The maps' patterns (tries, atomic groups, look-aheads, \\x escapes) mean the same to nginx's PCRE as to Python's re,
     on a sample of the corpus: a user agent gets the direct answer exactly when the map says crawler."""
     from crawlergate.classify import Classifier
     from crawlergate.config import Settings
-    from crawlergate.front.nginx import crawler_map, map_says_crawler, served_families
+    from crawlergate.front.nginx import crawler_map, served_families
     from tests.test_nginx_map import _user_agents
 
     classifier = Classifier.from_settings(Settings().classify)
-    entries = crawler_map(classifier.ruleset, served_families(Settings(), classifier))
+    maps = crawler_map(classifier.ruleset, served_families(Settings(), classifier))
     crawlers = [ua for kind, ua in _user_agents("corpus-crawlers.tsv.gz") if kind in ("search-engine", "ai-crawler")]
     people = [ua for _, ua in _user_agents("corpus-people.tsv.gz")]
     sample = crawlers[::4] + people[::400]
@@ -337,6 +337,6 @@ def test_nginx_reads_the_generated_map_as_python_does(front: Front) -> None:
         if not user_agent.isascii() or not user_agent.isprintable():
             continue
         direct = front.outcome("/topic/sample", {"user-agent": user_agent}) == DIRECT
-        if direct != map_says_crawler(entries, user_agent):
+        if direct != maps.says_crawler(user_agent):
             wrong.append(user_agent)
     assert wrong == []

@@ -10,7 +10,7 @@ import pytest
 
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
-from crawlergate.front.nginx import crawler_map, map_says_crawler, served_families
+from crawlergate.front.nginx import crawler_map, served_families
 from crawlergate.stores.published import PLAIN_PATH, published_name, target_of
 
 CORPUS = Path(__file__).parent / "data" / "user_agents"
@@ -28,21 +28,21 @@ def classifier() -> Classifier:
 
 
 def test_the_map_never_calls_a_person_a_crawler_where_the_classifier_does_not(classifier: Classifier) -> None:
-    entries = crawler_map(classifier.ruleset, served_families(Settings(), classifier))
+    crawlers = crawler_map(classifier.ruleset, served_families(Settings(), classifier))
     disagreements = [
         user_agent
         for _, user_agent in _user_agents("corpus-people.tsv.gz") + _user_agents("corpus-crawlers.tsv.gz")
-        if map_says_crawler(entries, user_agent) and not classifier.classify(user_agent).is_crawler
+        if crawlers.says_crawler(user_agent) and not classifier.classify(user_agent).is_crawler
     ]
     assert disagreements == []
 
 
 def test_the_map_finds_the_announced_search_engines_and_ai_crawlers(classifier: Classifier) -> None:
-    entries = crawler_map(classifier.ruleset, served_families(Settings(), classifier))
+    crawlers = crawler_map(classifier.ruleset, served_families(Settings(), classifier))
     for crawler_set, least in (("search-engine", 0.85), ("ai-crawler", 0.85)):
         named = [ua for kind, ua in _user_agents("corpus-crawlers.tsv.gz") if kind == crawler_set]
         named = [ua for ua in named if classifier.classify(ua).family not in ("", "unknown")]
-        found = sum(map_says_crawler(entries, ua) for ua in named)
+        found = sum(crawlers.says_crawler(ua) for ua in named)
         assert found / len(named) >= least, (crawler_set, found, len(named))
 
 
@@ -56,9 +56,9 @@ def test_a_family_the_policy_denies_or_passes_is_left_to_the_gate(classifier: Cl
     settings = type(settings)(classify=type(settings.classify)(rules_dir=str(tmp_path)))
     served = served_families(settings, classifier)
     assert "Googlebot" not in served and "Bingbot" in served
-    entries = crawler_map(classifier.ruleset, served)
-    assert not map_says_crawler(entries, "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)")
-    assert map_says_crawler(entries, "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)")
+    crawlers = crawler_map(classifier.ruleset, served)
+    assert not crawlers.says_crawler("Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)")
+    assert crawlers.says_crawler("Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)")
 
 
 @pytest.mark.parametrize(

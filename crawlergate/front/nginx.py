@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
@@ -43,56 +44,62 @@ _CHUNK = 200
 
 
 @dataclass(frozen=True, slots=True)
-class MapEntry:
-    """One regular-expression line of the crawler map: case-insensitive, checked in order, first match wins."""
+class CrawlerMap:
+    """The user-agent maps of the include, cheapest first: nginx works out a map only when another map needs it,
+    so a person's request costs one search (``named``), and only a crawler's the rest. Patterns are read
+    case-insensitively, as PCRE and Python's re read them alike.
 
-    pattern: str
-    crawler: bool
+    ``named``: a token of a named family the policy serves from the cache (a pattern per group of ``unless`` words,
+    as a look-ahead). ``refused``: never direct: a person's token, another family's token, a program's start.
+    ``fields``: a person's field (a phone's model, an app's bracketed fields); when there is one, the token must be
+    found outside every field (``outside_fields``), as the classifier blanks fields before it looks.
+    """
+
+    named: tuple[str, ...]
+    refused: tuple[str, ...]
+    fields: str
+    outside_fields: tuple[str, ...]
+
+    def says_crawler(self, user_agent: str) -> bool:
+        """What nginx's maps decide for a user agent."""
+        if not any(_search(pattern, user_agent) for pattern in self.named):
+            return False
+        if any(_search(pattern, user_agent) for pattern in self.refused):
+            return False
+        if self.fields and _search(self.fields, user_agent):
+            return any(_search(pattern, user_agent) for pattern in self.outside_fields)
+        return True
 
 
-def crawler_map(ruleset: RuleSet, served_families: Iterable[str]) -> list[MapEntry]:
-    """The user-agent map's entries: people's fields and tokens first (never direct), then the tokens of the named
-    families the policy serves from the cache (with their ``unless`` words as a look-ahead)."""
-    entries: list[MapEntry] = []
-    # The classifier blanks people's fields (a phone's model, an app's bracketed fields) before it looks for a
-    # token. nginx cannot blank, so a crawler's token is looked for from the start in steps that take a whole
-    # field at once (an atomic group: never half of one), and is never found inside one.
-    fields = "|".join(f"(?:{pattern})" for pattern in ruleset.people_fields)
-    skip = f"(?:(?>{_quoted(fields)}|.))*?" if fields else ".*"
-    people = sorted({token for token in ruleset.human_tokens if token.isascii()})
-    for start in range(0, len(people), _CHUNK):
-        entries.append(MapEntry(_alternatives(people[start : start + _CHUNK]), crawler=False))
+def crawler_map(ruleset: RuleSet, served_families: Iterable[str]) -> CrawlerMap:
+    """The maps that tell an announced crawler of a served family, from the rules."""
     served = set(served_families)
+    people = sorted({token for token in ruleset.human_tokens if token.isascii()})
     # Another family's tokens may name the crawler first (and the policy may deny it): such a user agent goes to
-    # the gate too.
+    # the gate too, as does one that starts like a program the rules name by its start.
     others = sorted({token for rule in ruleset.rules if rule.family is not None and rule.family.name not in served
                      for token in (*rule.contains, *rule.names) if token.isascii()})  # fmt: skip
-    for start in range(0, len(others), _CHUNK):
-        entries.append(MapEntry(_alternatives(others[start : start + _CHUNK]), crawler=False))
     starts = sorted({token for rule in ruleset.rules if rule.family is None or rule.family.name not in served
                      for token in rule.starts if token.isascii()})  # fmt: skip
+    refused = [_alternatives(chunk) for chunk in _chunks(people) + _chunks(others)]
     if starts:
-        entries.append(MapEntry("^" + _alternatives(starts), crawler=False))
+        refused.append("^" + _alternatives(starts))
     by_unless: dict[tuple[str, ...], list[str]] = {}
     for rule in ruleset.rules:
-        if rule.family is None or rule.family.name not in served:
-            continue
-        by_unless.setdefault(rule.unless, []).extend(token for token in rule.contains if token.isascii())
+        if rule.family is not None and rule.family.name in served:
+            by_unless.setdefault(rule.unless, []).extend(token for token in rule.contains if token.isascii())
+    # nginx cannot blank a field as the classifier does, so past a field the token is looked for from the start in
+    # steps that take a whole field at once (an atomic group: never half of one), and is never found inside one.
+    fields = _quoted("|".join(f"(?:{pattern})" for pattern in ruleset.people_fields))
+    named: list[str] = []
+    outside: list[str] = []
     for unless, tokens in by_unless.items():
-        unique = sorted(set(tokens))
-        for start in range(0, len(unique), _CHUNK):
-            found = _alternatives(unique[start : start + _CHUNK])
-            guard = f"(?!.*{_alternatives(sorted(unless))})" if unless else ""
-            entries.append(MapEntry(f"^{guard}{skip}{found}", crawler=True))
-    return entries
-
-
-def map_says_crawler(entries: list[MapEntry], user_agent: str) -> bool:
-    """What nginx's map decides for a user agent (Python's re reads these patterns as PCRE does)."""
-    for entry in entries:
-        if re.search(entry.pattern, user_agent, re.IGNORECASE | re.DOTALL):
-            return entry.crawler
-    return False
+        guard = f"(?!.*{_alternatives(sorted(unless))})" if unless else ""
+        for chunk in _chunks(sorted(set(tokens))):
+            found = _alternatives(chunk)
+            named.append(f"^{guard}.*?{found}" if guard else found)
+            outside.append(f"^{guard}(?:(?>{fields}|.))*?{found}")
+    return CrawlerMap(tuple(named), tuple(refused), fields, tuple(outside) if fields else ())
 
 
 def served_families(settings: Settings, classifier: Classifier) -> list[str]:
@@ -123,11 +130,12 @@ def session_cookie_map(settings: Settings, classifier: Classifier) -> list[str]:
 
 def nginx_include(settings: Settings, *, gate: str, direct_log: Path, classifier: Classifier) -> dict[str, str]:
     """The two files of the include, by name: the http-level part and the server-level part."""
-    entries = crawler_map(classifier.ruleset, served_families(settings, classifier))
+    crawlers = crawler_map(classifier.ruleset, served_families(settings, classifier))
     tree = (settings.cache_dir / PUBLISHED_FOLDER / host_folder(settings.site_url)).resolve()
     lines = [
         "# Generated by `crawlergate nginx-config` from the active rules and settings: regenerate it after",
         "# changing either. Include it in the http block; include crawlergate-server.conf in the server block.",
+        "# Put `pcre_jit on;` at the top of nginx.conf: the user-agent maps cost half as much with it.",
         "upstream crawlergate_gate {",
         f"    server {gate};",
         "    keepalive 64;",
@@ -136,10 +144,29 @@ def nginx_include(settings: Settings, *, gate: str, direct_log: Path, classifier
         "# One JSON line per crawler hit nginx answers from the published tree; the gate reads it (front.direct_log).",
         f"log_format crawlergate_direct escape=json '{LOG_FORMAT}';",
         "",
-        "# A named crawler family the policy serves from the cache: 1. People's fields and tokens come first.",
-        "map $http_user_agent $crawlergate_crawler {",
+        "# An announced crawler of a named family the policy serves from the cache: 1. Maps are worked out only when",
+        "# needed: a person's request costs the first search; the others run for a crawler's.",
+        "map $http_user_agent $crawlergate_named {",
         '    default "";',
-        *(f'    "~*{entry.pattern}" {"1" if entry.crawler else chr(34) * 2};' for entry in entries),
+        *(f'    "~*{pattern}" 1;' for pattern in crawlers.named),
+        "}",
+        "",
+        "map $crawlergate_named $crawlergate_crawler {",
+        '    default "";',
+        "    1 $crawlergate_checked;",
+        "}",
+        "",
+        "# Never direct: a person's token, another family's, a program's start. A person's field: the token must be",
+        "# found outside it.",
+        "map $http_user_agent $crawlergate_checked {",
+        *(f'    "~*{pattern}" "";' for pattern in crawlers.refused),
+        *([f'    "~*{crawlers.fields}" $crawlergate_outside_fields;'] if crawlers.fields else []),
+        "    default 1;",
+        "}",
+        "",
+        "map $http_user_agent $crawlergate_outside_fields {",
+        '    default "";',
+        *(f'    "~*{pattern}" 1;' for pattern in crawlers.outside_fields),
         "}",
         "",
         "map $request_method $crawlergate_safe_method {",
@@ -159,9 +186,9 @@ def nginx_include(settings: Settings, *, gate: str, direct_log: Path, classifier
         '    default "";',
         "}",
         "",
-        "map $crawlergate_safe_method$crawlergate_crawler$crawlergate_guest$crawlergate_plain:$http_authorization "
-        "$crawlergate_direct {",
-        '    "1111:" 1;',
+        "# The user agent is looked at last, for a GET or HEAD of a plain URL without a session or credentials.",
+        "map $crawlergate_safe_method$crawlergate_guest$crawlergate_plain:$http_authorization $crawlergate_direct {",
+        '    "111:" $crawlergate_crawler;',
         '    default "";',
         "}",
         "",
@@ -180,7 +207,8 @@ def nginx_include(settings: Settings, *, gate: str, direct_log: Path, classifier
         "        return 418;",
         "    }",
         f"    root {tree};",
-        "    disable_symlinks on;",
+        "    # A link planted in the tree leads nowhere (the folders above the root are the operator's).",
+        "    disable_symlinks on from=$document_root;",
         f"    rewrite ^(.*/)$ $1{INDEX_NAME} break;",
         "    gzip_static always;",
         "    gunzip on;",
@@ -189,7 +217,7 @@ def nginx_include(settings: Settings, *, gate: str, direct_log: Path, classifier
         f'    default_type "{CONTENT_TYPE}";',
         "    if_modified_since before;",
         f'    add_header X-Crawlergate "{DIRECT_OUTCOME}";',
-        f"    access_log {direct_log} crawlergate_direct;",
+        f"    access_log {direct_log} crawlergate_direct buffer=32k flush=250ms;",
         "    log_not_found off;",
         "    # Not published (or no longer): the gate answers, from its cache or the site.",
         "    error_page 403 404 = @crawlergate;",
@@ -217,8 +245,35 @@ def _quoted(pattern: str) -> str:
     return pattern.replace("\\\\", "\\x5c").replace('"', "\\x22")
 
 
+def _chunks(tokens: list[str]) -> list[list[str]]:
+    return [tokens[start : start + _CHUNK] for start in range(0, len(tokens), _CHUNK)]
+
+
+def _search(pattern: str, text: str) -> bool:
+    return re.search(pattern, text, re.IGNORECASE | re.DOTALL) is not None
+
+
 def _alternatives(tokens: list[str]) -> str:
-    return "(?:" + "|".join(_escape(token) for token in tokens) + ")"
+    """One pattern matching any of ``tokens``, as a trie (``google(?:bot|other)``): PCRE tries a flat list of
+    alternatives one by one at every position, a trie one letter at a time."""
+    trie: dict[str, Any] = {}
+    for token in tokens:
+        node = trie
+        for char in token.lower():
+            node = node.setdefault(char, {})
+        node[""] = {}
+    return _trie_pattern(trie)
+
+
+def _trie_pattern(node: dict[str, Any]) -> str:
+    ends = "" in node
+    branches = [_escape(char) + _trie_pattern(child) for char, child in sorted(node.items()) if char]
+    if not branches:
+        return ""
+    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+    if ends:
+        return f"(?:{body})?"
+    return body
 
 
 def _escape(text: str) -> str:
