@@ -166,7 +166,17 @@ def serve(name: str, port: int, cache_dir: str, memcached: str) -> None:
         from crawlergate.adapters.httpserver import LimitedHttpToolsProtocol
 
         protocol = LimitedHttpToolsProtocol
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", http=protocol, loop="uvloop", access_log=False)
+    # proxy_headers off, as serve runs it: uvicorn's middleware around the gate would hide it from the protocol.
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        http=protocol,
+        loop="uvloop",
+        access_log=False,
+        proxy_headers=False,
+    )
 
 
 def _cpu_seconds(pid: int) -> float:
