@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from crawlergate.classify import Classifier
+from crawlergate.config import Settings
+from crawlergate.front.directlog import DirectLog
+from crawlergate.keys import CacheKey, digest_of
+from crawlergate.metrics import Metrics
+from crawlergate.page import Page
+from crawlergate.stores.disk import DiskStore
+from crawlergate.stores.published import PublishedTree
+
+
+def _key(target: str) -> CacheKey:
+    return CacheKey(target, digest_of(target))
+
+
+def _page(body: bytes = b"<html>page</html>", **changes: object) -> Page:
+    fields = dict(content_type="text/html; charset=utf-8", generated_at=time.time(), ttl_seconds=3600.0)
+    fields.update(changes)
+    return Page.from_response(200, body, **fields)  # type: ignore[arg-type]
+
+
+def _stored(tmp_path: Path, max_bytes: int = 1 << 20) -> tuple[DiskStore, PublishedTree]:
+    store = DiskStore(tmp_path / "l2", max_bytes=max_bytes)
+    store.start()
+    tree = PublishedTree(store, host="forum.example")
+    tree.root.mkdir(parents=True)
+    return store, tree
+
+
+def _publish(store: DiskStore, tree: PublishedTree, target: str, page: Page | None = None) -> bool:
+    page = page or _page()
+    store.set(_key(target).digest, page.to_bytes())
+    return tree.publish(_key(target), page)
+
+
+def test_published_pages_are_counted_and_leave_with_their_l2_copy(tmp_path: Path) -> None:
+    store, tree = _stored(tmp_path)
+    assert _publish(store, tree, "/topic/1")
+    assert (tree.root / "topic" / "1.gz").read_bytes() == _page().body_gz
+    assert store.used_bytes == 2 * 4096  # the page and its published copy
+    store.delete(_key("/topic/1").digest)
+    assert not (tree.root / "topic" / "1.gz").exists() and store.used_bytes == 0
+
+
+def test_a_page_without_its_l2_copy_or_one_nginx_cannot_give_is_not_published(tmp_path: Path) -> None:
+    store, tree = _stored(tmp_path)
+    assert not tree.publish(_key("/gone"), _page())
+    assert not _publish(store, tree, "/feed", _page(content_type="application/rss+xml"))
+    assert not _publish(store, tree, "/tagged", _page(headers=(("x-robots-tag", "noindex"),)))
+    assert not _publish(store, tree, "/soon", _page(ttl_seconds=1.0))
+    assert not _publish(store, tree, "/t?x=1")
+    assert list(tree.root.rglob("*.gz")) == []
+
+
+def test_a_planted_link_in_the_tree_is_never_written_through(tmp_path: Path) -> None:
+    store, tree = _stored(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tree.root / "topic").symlink_to(outside)
+    assert not _publish(store, tree, "/topic/1")
+    assert list(outside.iterdir()) == []
+
+
+def test_the_start_check_drops_marked_expired_and_orphaned_pages(tmp_path: Path) -> None:
+    store, tree = _stored(tmp_path)
+    for target in ("/kept", "/marked", "/orphan-link"):
+        assert _publish(store, tree, target)
+    (tree.root / "stray.gz").write_bytes(b"no link")  # a file no link names
+    os.unlink(store.path_for(_key("/orphan-link").digest))  # its L2 copy gone behind the gate's back
+    tree.check({_key("/marked").digest})
+    assert sorted(path.name for path in tree.root.rglob("*.gz")) == ["kept.gz"]
+
+
+def test_the_sweeper_unpublishes_before_expiry(tmp_path: Path) -> None:
+    store, tree = _stored(tmp_path)
+    now = [time.time()]
+    tree.clock = lambda: now[0]
+    assert _publish(store, tree, "/short", _page(ttl_seconds=10.0))
+    tree.sweep()
+    assert (tree.root / "short.gz").exists()
+    now[0] += 8.5
+    tree.sweep()
+    assert not (tree.root / "short.gz").exists()
+
+
+def test_the_direct_log_is_counted_and_followed_across_a_rotation(tmp_path: Path) -> None:
+    metrics = Metrics()
+    log = tmp_path / "direct.log"
+    reader = DirectLog(log, Classifier.from_settings(Settings().classify), metrics, lock=tmp_path / "lock")
+    line = {"status": 200, "request_time": 0.001, "user_agent": "Mozilla/5.0 (compatible; Googlebot/2.1)"}
+    log.write_text(json.dumps(line) + "\n")
+    assert reader.read(from_end=True) == 0  # what was there before the gate started is not counted
+    with log.open("a") as handle:
+        handle.write(json.dumps(line) + "\nnot json\n" + json.dumps({**line, "status": 404}) + "\n")
+        handle.write(json.dumps(line)[:10])  # half a line: counted once it is whole
+    assert reader.read() == 1
+    log.rename(tmp_path / "direct.log.1")
+    log.write_text(json.dumps(line) + "\n" + json.dumps(line) + "\n")
+    assert reader.read() == 2
+    stats = metrics.snapshot()
+    assert stats["crawler"]["direct_hits"] == 3 and stats["families"]["Googlebot"]["outcomes"]["direct"] == 3
+    reader.close()
