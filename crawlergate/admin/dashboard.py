@@ -115,11 +115,12 @@ def _interval(before: Mapping[str, int], after: Mapping[str, int], seconds: floa
         outcomes = {outcome: after.get(f"req|{kind}|{outcome}", 0) - before.get(f"req|{kind}|{outcome}", 0)
                     for outcome in OUTCOMES}  # fmt: skip
         ttfb = _delta_histogram(before, after, f"ttfb|{kind}")
-        lookups = outcomes["l1-hit"] + outcomes["l2-hit"] + outcomes["miss"] + outcomes["stale"]
+        lookups = outcomes["l1-hit"] + outcomes["l2-hit"] + outcomes["direct"] + outcomes["miss"] + outcomes["stale"]
         point[kind] = {
             "requests": sum(outcomes.values()),
             "l1_hits": outcomes["l1-hit"],
             "l2_hits": outcomes["l2-hit"],
+            "direct_hits": outcomes["direct"],
             "lookups": lookups,
             "ttfb_ms": ttfb.summary() if ttfb.count else None,
         }

@@ -34,6 +34,7 @@
     text("crawler-hit-ratio", percent(crawler.hit_ratio));
     text("l1-hits", count(crawler.l1_hits));
     text("l2-hits", count(crawler.l2_hits));
+    text("direct-hits", count(crawler.direct_hits || 0));
     text("misses", count(crawler.misses));
     text("crawler-requests", count(crawler.requests));
     text("crawler-p50", ms(crawler.ttfb_ms.p50));
@@ -105,7 +106,9 @@
     chart("chart-hits", [
       { label: "L1", stroke: "#2563eb", width: 2 },
       { label: "L1 + L2", stroke: "#16a34a", width: 2 },
-    ], [t, points.map((p) => ratio(p, p.crawler.l1_hits)), points.map((p) => ratio(p, p.crawler.l1_hits + p.crawler.l2_hits))],
+      { label: "L1 + L2 + direct (nginx)", stroke: "#9333ea", width: 2 },
+    ], [t, points.map((p) => ratio(p, p.crawler.l1_hits)), points.map((p) => ratio(p, p.crawler.l1_hits + p.crawler.l2_hits)),
+      points.map((p) => ratio(p, p.crawler.l1_hits + p.crawler.l2_hits + (p.crawler.direct_hits || 0)))],
     { scale: { range: [0, 1] }, values: (u, ticks) => ticks.map((v) => Math.round(v * 100) + " %") });
     const pick = (kind, stat) => points.map((p) => (p[kind].ttfb_ms ? Math.max(p[kind].ttfb_ms[stat], 0.01) : null));
     chart("chart-ttfb", [
