@@ -319,8 +319,8 @@ def test_a_mark_written_before_a_crash_unpublishes_at_the_next_start(
 
 
 def test_nginx_reads_the_generated_map_as_python_does(front: Front) -> None:
-    """The maps' patterns (tries, atomic groups, look-aheads, \\x escapes) mean the same to nginx's PCRE as to Python's re,
-    on a sample of the corpus: a user agent gets the direct answer exactly when the map says crawler."""
+    """The maps' patterns (tries, atomic groups, look-aheads, \\x escapes) mean the same to nginx's PCRE as to
+    Python's re, on a sample of the corpus: a user agent gets the direct answer exactly when the maps say crawler."""
     from crawlergate.classify import Classifier
     from crawlergate.config import Settings
     from crawlergate.front.nginx import crawler_map, served_families
