@@ -84,4 +84,5 @@ def test_admin_series_keeps_what_changed_in_each_interval() -> None:
     assert point["crawler"]["ttfb_ms"]["p99"] == pytest.approx(90.0, rel=0.05)  # not the 100 ms before the interval
     assert point["crawler_origin_share"] == 0.25 and point["human"]["ttfb_ms"]["p50"] == pytest.approx(50.0, rel=0.05)
     clock[0] = 7.0
-    assert series()[-1]["crawler"] == {"requests": 0, "l1_hits": 0, "l2_hits": 0, "lookups": 0, "ttfb_ms": None}
+    empty = {"requests": 0, "l1_hits": 0, "l2_hits": 0, "direct_hits": 0, "lookups": 0, "ttfb_ms": None}
+    assert series()[-1]["crawler"] == empty
