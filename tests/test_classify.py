@@ -268,6 +268,16 @@ PEOPLE_TABLE = [
     ),
     pytest.param("(samsung/jflte/GT-I9505)API 17. Language Deutsch", id="android-app-naming-its-phone"),
     pytest.param("MOZILLA40 (COMPATIBLE MSIE 60 WINDOWS CE IEMOBILE 612) SAMSUNG-SGH-I780", id="old-iemobile-phone"),
+    pytest.param(
+        "Nokia3510i/1.0 (04.44) Profile/MIDP-1.0 Configuration/CLDC-1.0 (Google WAP Proxy/1.0)",
+        id="phone-through-google-transcoder",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (compatible; Konqueror/3.2; Linux; de, de_DE@euro) (KHTML, like Gecko)", id="locale-euro"
+    ),
+    pytest.param(
+        "Mozilla/4.1 (compatible; Teleca Q7; BMP 1.0.1; U; en) 240X400 LG-AN510", id="phone-browser-without-an-os"
+    ),
 ]
 
 
