@@ -212,6 +212,14 @@ def test_people_sessions_writes_and_suspects_reach_the_gate(front: Front) -> Non
         assert front.outcome(path) in ("l1-hit", "l2-hit")
 
 
+def test_a_folder_of_other_pages_or_a_published_file_name_is_never_answered_by_nginx(front: Front) -> None:
+    _published(front, "/board/7")
+    folder = front.get("/board", follow_redirects=False)
+    assert folder.status_code == 200 and folder.headers["x-crawlergate"] != DIRECT  # not nginx's 301 to /board/
+    raw = front.get("/board/7.gz")
+    assert raw.headers.get("x-crawlergate") != DIRECT and raw.content != front.raw(front.url, "/board/7", GOOGLEBOT)[1]
+
+
 def test_direct_hits_appear_in_stats_within_a_second(front: Front) -> None:
     _published(front, "/topic/3")
     before = httpx.get(front.gate + "/_crawlergate/stats").json()["crawler"]["direct_hits"]

@@ -31,7 +31,8 @@ def _nginx_config(tmp_path: Path, nginx_port: int, gate_port: int, redirect_port
     include = tmp_path / "include"
     subprocess.run(
         [sys.executable, "-m", "crawlergate", "nginx-config", "--out", str(include), "--gate", f"127.0.0.1:{gate_port}",
-         "--cache-dir", str(gate_dir / "l2"), "--direct-log", str(tmp_path / "direct.log")],
+         "--cache-dir", str(gate_dir / "l2"), "--direct-log", str(tmp_path / "direct.log"),
+         "--origin", "http://127.0.0.1"],
         check=True, capture_output=True,
     )  # fmt: skip
     site = CONFIG.read_text()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crawlergate.classify import Classifier
-from crawlergate.config import Settings
+from crawlergate.config import ClassifySettings, Settings
 from crawlergate.front.nginx import crawler_map, served_families
 from crawlergate.stores.published import PLAIN_PATH, published_name, target_of
 
@@ -46,14 +46,27 @@ def test_the_map_finds_the_announced_search_engines_and_ai_crawlers(classifier: 
         assert found / len(named) >= least, (crawler_set, found, len(named))
 
 
-def test_a_family_the_policy_denies_or_passes_is_left_to_the_gate(classifier: Classifier, tmp_path: Path) -> None:
+def _with_policy(tmp_path: Path, policy: str) -> Settings:
     rules = Path(__file__).parent.parent / "rules"
     for name in rules.iterdir():
         if name.is_file():
             (tmp_path / name.name).write_bytes(name.read_bytes())
-    (tmp_path / "policy.toml").write_text('[class]\ncrawler = "cache"\n[family]\nGooglebot = "deny"\n')
-    settings = Settings()
-    settings = type(settings)(classify=type(settings.classify)(rules_dir=str(tmp_path)))
+    (tmp_path / "policy.toml").write_text(policy)
+    return Settings(classify=ClassifySettings(rules_dir=str(tmp_path)))
+
+
+def test_a_family_whose_claimants_must_be_verified_is_left_to_the_gate_when_claimants_are_not_cached(
+    classifier: Classifier, tmp_path: Path
+) -> None:
+    settings = _with_policy(tmp_path, '[tag]\nunverified-claimant = "deny"\n')
+    served = served_families(settings, classifier)
+    assert "Googlebot" not in served and "Bingbot" not in served  # published ranges: nginx cannot check them
+    assert "Anthropic" in served  # no ranges: the gate cannot verify it either
+    assert "Googlebot" in served_families(Settings(), classifier)
+
+
+def test_a_family_the_policy_denies_or_passes_is_left_to_the_gate(classifier: Classifier, tmp_path: Path) -> None:
+    settings = _with_policy(tmp_path, '[class]\ncrawler = "cache"\n[family]\nGooglebot = "deny"\n')
     served = served_families(settings, classifier)
     assert "Googlebot" not in served and "Bingbot" in served
     crawlers = crawler_map(classifier.ruleset, served)
@@ -67,7 +80,8 @@ def test_a_family_the_policy_denies_or_passes_is_left_to_the_gate(classifier: Cl
         ("/", ".index.gz"),
         ("/topic/1", "topic/1.gz"),
         ("/forum/", "forum/.index.gz"),
-        ("/a.gz", "a.gz.gz"),
+        ("/a.gz", None),
+        ("/a.gz.html", "a.gz.html.gz"),
         ("/topic/1?x=1", None),
         ("/topic/%2F", None),
         ("/.hidden", None),

@@ -38,8 +38,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     config.add_argument(
         "--direct-log",
-        default=DEFAULT_DIRECT_LOG,
-        help=f"where nginx logs its direct hits, for the gate's front.direct_log (default {DEFAULT_DIRECT_LOG})",
+        help=f"where nginx logs its direct hits (default: front.direct_log, else {DEFAULT_DIRECT_LOG})",
     )
     config.set_defaults(handler=_run_nginx_config)
 
@@ -50,8 +49,9 @@ def _run_nginx_config(args: argparse.Namespace) -> int:
     classifier = Classifier.from_settings(
         settings.classify, extra_session_cookies=[name for profile in profiles for name in profile.session_cookies]
     )
-    gate = args.gate or f"{settings.server.host}:{settings.server.port}"
-    files = nginx_include(settings, gate=gate, direct_log=Path(args.direct_log), classifier=classifier)
+    gate = args.gate or _gate_address(settings.server.host, settings.server.port)
+    direct_log = args.direct_log or settings.front.direct_log or DEFAULT_DIRECT_LOG
+    files = nginx_include(settings, gate=gate, direct_log=Path(direct_log), classifier=classifier)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
@@ -64,7 +64,16 @@ def _run_nginx_config(args: argparse.Namespace) -> int:
     print(f"    http   {{ include {folder / HTTP_FILE}; ... }}")
     print(f"    server {{ include {folder / SERVER_FILE}; ... }}")
     print("and in the gate's settings:")
-    print(f'    [front]\n    publish = true\n    direct_log = "{args.direct_log}"')
+    print(f'    [front]\n    publish = true\n    direct_log = "{direct_log}"')
     if not settings.front.publish:
         print("(front.publish is off in these settings: nginx finds no page until the gate publishes them)")
     return EXIT_OK
+
+
+def _gate_address(host: str, port: int) -> str:
+    """Where nginx reaches a gate listening on ``host``: loopback for a wildcard address, brackets for IPv6."""
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -99,14 +99,20 @@ class DirectLog:
         except FileNotFoundError:
             return 0
         handle = self._handle
+        counted = 0
         if handle is None or stat.st_ino != self._inode or stat.st_size < handle.tell():
             if handle is not None:
+                if stat.st_ino != self._inode:
+                    counted += self._read_to_end(handle)  # what nginx wrote before it reopened the new file
                 handle.close()
             handle = self._handle = open(self.path, "rb")  # noqa: SIM115 - kept open between reads
             self._inode = stat.st_ino
             self._partial = b""
             if from_end:
                 handle.seek(0, os.SEEK_END)
+        return counted + self._read_to_end(handle)
+
+    def _read_to_end(self, handle: IO[bytes]) -> int:
         counted = 0
         while True:
             chunk = handle.read(1 << 20)
@@ -121,7 +127,8 @@ class DirectLog:
 
     def _count(self, line: bytes) -> int:
         with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
-            record = json.loads(line)
+            # escape=json leaves bytes over 127 as they came: a user agent need not be UTF-8.
+            record = json.loads(line.decode("utf-8", "replace"))
             status = int(record["status"])
             if status >= 400:
                 return 0

@@ -12,6 +12,7 @@ asks them is ``gate/flow.py``; filling is ``gate/fill.py``, marking pages change
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -31,9 +32,11 @@ from crawlergate.gate.valve import OverloadValve
 from crawlergate.gate.writes import WriteRules
 from crawlergate.keys import CacheKey, KeyMaker
 from crawlergate.page import Page
-from crawlergate.stores.published import PublishedTree
+from crawlergate.stores.published import PublishedTree, drop_published
 from crawlergate.suspect.judge import PERSON, Judge
 from crawlergate.suspect.policy import Action
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,14 @@ class GateCore:
         """Prepare the stores (create the L2 directory); raises ConfigError when it is unusable."""
         with self._start_lock:
             if not self._started:
+                if self.published is None:
+                    drop_published(self.cache.l2.root)
+                elif self.settings.l1.memcached:
+                    logger.warning(
+                        "front.publish with a shared memcached L1: a page marked changed on another machine leaves "
+                        "this machine's published tree only when it expires; send marks (PURGE, invalidate) to "
+                        "every machine."
+                    )
                 self.cache.start()
                 self.catalogue.on_replaced = self.cache.forget_local
                 self.catalogue.start()

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -43,7 +44,8 @@ logger = logging.getLogger(__name__)
 # A path nginx can map to a file by itself, equal to its cache key: plain characters, no segment starting
 # with a dot (so no dot segments, and the tree's own dotfiles are never addressable), no query. The nginx
 # include holds the same expression (a test checks they agree).
-PLAIN_PATH = r"^(?:/[A-Za-z0-9_~!*+,:@=-][A-Za-z0-9._~!*+,:@=-]*)*/?$"
+# A path ending in ".gz" is not plain either: nginx would send a published file itself, raw, for it.
+PLAIN_PATH = r"^(?!.*\.gz/?$)(?:/[A-Za-z0-9_~!*+,:@=-][A-Za-z0-9._~!*+,:@=-]*)*/?$"
 _PLAIN_PATH = re.compile(PLAIN_PATH)
 # A path ending in "/" is published as this file in its folder (nginx's include rewrites to it).
 INDEX_NAME = ".index"
@@ -55,13 +57,30 @@ CONTENT_TYPE = "text/html; charset=utf-8"
 # A page is unpublished this long before it expires: the sweeper wakes once a second.
 EXPIRY_MARGIN_S = 2.0
 _SEGMENT_MAX_BYTES = 255
+# Deeper or longer paths stay with the gate: real pages are far shallower, and a client must not be able to make
+# the gate build folder trees thousands deep (or walk them).
+MAX_DEPTH = 16
+MAX_NAME_BYTES = 1024
+_HOST = re.compile(r"[a-z0-9](?:[a-z0-9.-]{0,252}[a-z0-9])?")
 _OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def drop_published(l2_root: Path) -> None:
+    """Remove a tree and its links left from a run with ``front.publish`` on: with it off nobody keeps the tree
+    current, and nginx must not go on answering from it. Called before L2 counts its folder."""
+    tree = l2_root / PUBLISHED_FOLDER
+    if not tree.exists():
+        return
+    shutil.rmtree(tree, ignore_errors=True)
+    for link in l2_root.glob(f"??/*{LINK_SUFFIX}"):
+        link.unlink(missing_ok=True)
 
 
 def host_folder(site_url: str) -> str:
     """The folder of a site's published pages: the host name of its public URL (or origin), without a port."""
-    host = urlsplit(site_url).hostname if site_url else None
-    return (host or "default").replace(":", "-")
+    host = (urlsplit(site_url).hostname or "") if site_url else ""
+    host = host.replace(":", "-")
+    return host if _HOST.fullmatch(host) and ".." not in host else "default"
 
 
 def published_name(target: str) -> str | None:
@@ -70,7 +89,10 @@ def published_name(target: str) -> str | None:
         return None
     name = target[1:] + INDEX_NAME if target.endswith("/") else target[1:]
     name += SUFFIX
-    if any(len(segment.encode()) > _SEGMENT_MAX_BYTES for segment in name.split("/")):
+    segments = name.split("/")
+    if len(segments) > MAX_DEPTH or len(name) > MAX_NAME_BYTES:
+        return None
+    if any(len(segment.encode()) > _SEGMENT_MAX_BYTES for segment in segments):
         return None
     return name
 
@@ -189,6 +211,7 @@ class PublishedTree:
         link_temp.write_bytes(json.dumps({"p": name, "x": page.expires_at}).encode())
         os.replace(link_temp, link)
         replaced = _blocks_at(directory, file_name)
+        _distinct_validators(directory, temp, file_name, page)
         os.rename(temp, file_name, src_dir_fd=directory, dst_dir_fd=directory)
         return on_disk(len(page.body_gz)) - replaced
 
@@ -202,9 +225,27 @@ class PublishedTree:
             size = _blocks_at(directory, file_name)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(file_name, dir_fd=directory)
-            return size
         finally:
             os.close(directory)
+        self._prune(folder)
+        return size
+
+    def _prune(self, folder: str) -> None:
+        """Remove the folders a page's removal left empty, deepest first (a publish racing in fails, and retries
+        with the next fill)."""
+        parts = folder.split("/") if folder else []
+        while parts:
+            try:
+                parent = _open_folder(self.root, parts[:-1], create=False)
+            except OSError:
+                return
+            try:
+                os.rmdir(parts[-1], dir_fd=parent)
+            except OSError:
+                return  # not empty (or gone): the folders above are not empty either
+            finally:
+                os.close(parent)
+            parts.pop()
 
     def _link(self, digest: str) -> Path:
         return self.l2.path_for(digest).with_suffix(LINK_SUFFIX)
@@ -269,12 +310,16 @@ def _open_folder(root: Path, parts: list[str], *, create: bool) -> int:
     directory = os.open(root, _OPEN_DIRECTORY)
     try:
         for part in parts:
+            made = False
             if create:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o755, dir_fd=directory)
+                    made = True
             inner = os.open(part, _OPEN_DIRECTORY, dir_fd=directory)
             os.close(directory)
             directory = inner
+            if made:
+                os.fchmod(directory, 0o755)  # whatever the umask: nginx's user enters it
     except OSError:
         os.close(directory)
         raise
@@ -285,12 +330,32 @@ def _write(directory: int, name: str, data: bytes, modified: float) -> None:
     """A new file in ``directory`` (never through a link), with the page's Last-Modified as its time."""
     handle = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=directory)
     try:
+        os.fchmod(handle, 0o644)  # nginx's user reads it, whatever the gate's umask (systemd's is 0027)
         view = memoryview(data)
         while view:
             view = view[os.write(handle, view) :]
     finally:
         os.close(handle)
     os.utime(name, (modified, modified), dir_fd=directory, follow_symlinks=False)
+
+
+def _distinct_validators(directory: int, temp: str, name: str, page: Page) -> None:
+    """nginx's ETag is the file's time and size: a page whose bytes changed but whose site kept its Last-Modified
+    (and whose gzip kept its size) would keep the old ETag, and get 304 for the old copy. Such a page is dated a
+    second after the copy it replaces; the same bytes published again keep the copy's date."""
+    try:
+        old = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if int(old.st_mtime) < int(page.last_modified) or old.st_size != len(page.body_gz):
+        return
+    handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+    try:
+        same = os.read(handle, len(page.body_gz) + 1) == page.body_gz
+    finally:
+        os.close(handle)
+    dated = old.st_mtime if same else old.st_mtime + 1
+    os.utime(temp, (dated, dated), dir_fd=directory, follow_symlinks=False)
 
 
 def _blocks_at(directory: int, name: str) -> int:

@@ -12,7 +12,7 @@ from crawlergate.keys import CacheKey, digest_of
 from crawlergate.metrics import Metrics
 from crawlergate.page import Page
 from crawlergate.stores.disk import DiskStore
-from crawlergate.stores.published import PublishedTree
+from crawlergate.stores.published import PublishedTree, drop_published
 
 
 def _key(target: str) -> CacheKey:
@@ -105,4 +105,68 @@ def test_the_direct_log_is_counted_and_followed_across_a_rotation(tmp_path: Path
     assert reader.read() == 2
     stats = metrics.snapshot()
     assert stats["crawler"]["direct_hits"] == 3 and stats["families"]["Googlebot"]["outcomes"]["direct"] == 3
+    reader.close()
+
+
+def test_deep_or_long_paths_and_gz_names_stay_with_the_gate(tmp_path: Path) -> None:
+    store, tree = _stored(tmp_path)
+    assert not _publish(store, tree, "/a" * 17)
+    assert not _publish(store, tree, "/" + "/".join(["x" * 200] * 6))
+    assert not _publish(store, tree, "/topic/1.gz")
+    assert _publish(store, tree, "/a" * 16)
+    assert list(tree.root.iterdir()) == [tree.root / "a"]
+
+
+def test_removing_a_page_removes_the_folders_it_leaves_empty(tmp_path: Path) -> None:
+    store, tree = _stored(tmp_path)
+    assert _publish(store, tree, "/forum/7/page/2")
+    assert _publish(store, tree, "/forum/8")
+    store.delete(_key("/forum/7/page/2").digest)
+    assert not (tree.root / "forum" / "7").exists() and (tree.root / "forum" / "8.gz").exists()
+
+
+def test_the_tree_is_readable_by_nginx_whatever_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o027)  # systemd's UMask in deploy/systemd/crawlergate.service
+    try:
+        store, tree = _stored(tmp_path)
+        assert _publish(store, tree, "/forum/7")
+    finally:
+        os.umask(previous)
+    assert (tree.root / "forum").stat().st_mode & 0o777 == 0o755
+    assert (tree.root / "forum" / "7.gz").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_changed_page_of_the_same_size_and_date_gets_a_new_validator(tmp_path: Path) -> None:
+    store, tree = _stored(tmp_path)
+    dated = {"last_modified": 1_700_000_000.0}
+    assert _publish(store, tree, "/t", _page(b"<html>replies: 0</html>", **dated))
+    first = os.stat(tree.root / "t.gz")
+    assert _publish(store, tree, "/t", _page(b"<html>replies: 8</html>", **dated))
+    second = os.stat(tree.root / "t.gz")
+    assert second.st_size == first.st_size and int(second.st_mtime) == int(first.st_mtime) + 1
+    assert _publish(store, tree, "/t", _page(b"<html>replies: 8</html>", **dated))  # the same bytes: no change
+    assert int(os.stat(tree.root / "t.gz").st_mtime) == int(second.st_mtime)
+
+
+def test_a_tree_left_from_a_run_with_publishing_is_dropped(tmp_path: Path) -> None:
+    store, tree = _stored(tmp_path)
+    assert _publish(store, tree, "/forum/7")
+    drop_published(store.root)
+    assert not (store.root / "published").exists() and list(store.root.glob("??/*.pub")) == []
+    assert store.get(_key("/forum/7").digest) is not None  # the page itself stays in L2
+
+
+def test_the_direct_log_counts_what_was_written_before_the_rotation_and_odd_bytes(tmp_path: Path) -> None:
+    metrics = Metrics()
+    log = tmp_path / "direct.log"
+    log.write_bytes(b"")
+    reader = DirectLog(log, Classifier.from_settings(Settings().classify), metrics, lock=tmp_path / "lock")
+    reader.read(from_end=True)
+    line = b'{"status":200,"request_time":0.001,"user_agent":"Googlebot/2.1 \xff"}\n'
+    with log.open("ab") as handle:
+        handle.write(line)
+        log.rename(tmp_path / "direct.log.1")
+        handle.write(line)  # nginx writes to the renamed file until it reopens
+    log.write_bytes(line)
+    assert reader.read() == 3
     reader.close()
