@@ -17,6 +17,7 @@ import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from ahocorasick_rs import AhoCorasick, MatchKind
@@ -57,6 +58,10 @@ class _Action:
     unless: tuple[str, ...]
     verdict: Verdict | None  # None: the token makes a crawler without naming it
     makes_crawler: bool
+    source: str = ""  # the rule's file and line
+
+
+PROGRAM_REASON = "starts like a program: no browser prefix or word ([browsers] of the rules)"
 
 
 class Classifier:
@@ -191,6 +196,28 @@ class Classifier:
             return UNKNOWN_CRAWLER
         return HUMAN
 
+    def explain(self, user_agent: str) -> tuple[Verdict, str]:
+        """The verdict and, for a crawler, what made it one: ``contains "proxy" (rules/crawlers.toml:97)``, or
+        ``PROGRAM_REASON``; empty for a person. For tools and tests (it is not memoised)."""
+        verdict = self.classify(user_agent)
+        if not verdict.is_crawler:
+            return verdict, ""
+        text = user_agent[:MAX_USER_AGENT_CHARS].lower()
+        if self._people_fields is not None:
+            text = self._people_fields.sub(" ", text)
+        found: list[tuple[str, str, _Action]] = [
+            ("starts", prefix, action) for prefix, action in self._starts.items() if action and text.startswith(prefix)
+        ]
+        tokens = list(self._contains)
+        for index, _, _ in self._automaton.find_matches_as_indexes(text.encode("utf-8", "replace").decode()):
+            action = self._contains_actions[index]
+            if action is not None:
+                found.append(("contains", tokens[index], action))
+        for how, token, action in found:
+            if action.makes_crawler and not (action.unless and any(word in text for word in action.unless)):
+                return verdict, f'{how} "{token}" ({Path(action.source).name})'
+        return verdict, PROGRAM_REASON
+
     def _starts_like_a_program(self, text: str) -> bool:
         prefixes = self.ruleset.browser_prefixes
         if not prefixes or text.startswith(prefixes):
@@ -199,13 +226,13 @@ class Classifier:
 
     def _add_rule(self, rule: CrawlerRule) -> None:
         verdict = _verdict(rule.family) if rule.family else None
-        maker = _Action(unless=rule.unless, verdict=verdict, makes_crawler=True)
+        maker = _Action(unless=rule.unless, verdict=verdict, makes_crawler=True, source=rule.source)
         for token in rule.contains:
             _register(self._contains, token, maker)
         for token in rule.starts:
             _register(self._starts, token, maker)
         if verdict is not None and rule.names:
-            namer = _Action(unless=rule.unless, verdict=verdict, makes_crawler=False)
+            namer = _Action(unless=rule.unless, verdict=verdict, makes_crawler=False, source=rule.source)
             for token in rule.names:
                 self._contains.setdefault(token, namer)
 

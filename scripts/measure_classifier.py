@@ -171,96 +171,6 @@ def isbot_verdicts(uas: list[str], cache: Path) -> tuple[list[bool] | None, str]
 # --- why our classifier called it a crawler ---------------------------------------------------------
 
 
-class Explainer:
-    """Which token (and rule file line) made our classifier call a user agent a crawler.
-
-    It walks the classifier's own tables the way Classifier._classify does; when those internals
-    change it says only the verdict's family.
-    """
-
-    def __init__(self, classifier: Classifier) -> None:
-        self.classifier = classifier
-        self.rule_of: dict[tuple[str, str], object] = {}
-        for rule in classifier.ruleset.rules:
-            for how, tokens in (("contains", rule.contains), ("starts", rule.starts)):
-                for token in tokens:
-                    existing = self.rule_of.get((how, token))
-                    if existing is None or (existing.family is None and rule.family is not None):  # type: ignore[attr-defined]
-                        self.rule_of[(how, token)] = rule
-            for token in rule.names:
-                self.rule_of.setdefault(("names", token), rule)
-        self.tokens = list(classifier._contains)  # noqa: SLF001 - reading, to explain
-        self._lines: dict[str, list[str]] = {}
-
-    def where(self, how: str, token: str) -> str:
-        rule = self.rule_of.get((how, token))
-        if rule is None:
-            return "?"
-        path_text = str(getattr(rule, "source", "?")).rsplit(":", 1)[0]
-        path = Path(path_text)
-        try:
-            lines = self._lines.setdefault(path_text, path.read_text().lower().splitlines())
-        except OSError:
-            return str(getattr(rule, "source", "?"))
-        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-        quoted = json.dumps(token)
-        start = 0
-        source_line = str(getattr(rule, "source", "")).rsplit(":", 1)[-1]
-        if source_line.isdigit():
-            start = int(source_line) - 1
-        for number in list(range(start, len(lines))) + list(range(0, start)):
-            if quoted in lines[number]:
-                return f"{shown}:{number + 1}"
-        return str(shown)
-
-    def explain(self, ua: str) -> str:
-        try:
-            return self._explain(ua)
-        except Exception as error:  # noqa: BLE001 - internals moved: say what we can
-            verdict = self.classifier.classify(ua)
-            return f"family {verdict.family} ({verdict.tag}); no token ({type(error).__name__})"
-
-    def _explain(self, ua: str) -> str:
-        c = self.classifier
-        verdict = c.classify(ua)
-        text = ua[:2048].lower()
-        entries: list[tuple[str, str, object]] = []
-        if text.startswith(c._starts_prefixes):  # noqa: SLF001
-            entries.extend(("starts", p, a) for p, a in c._starts.items() if a and text.startswith(p))  # noqa: SLF001
-        for index, _, _ in c._automaton.find_matches_as_indexes(text):  # noqa: SLF001
-            action = c._contains_actions[index]  # noqa: SLF001
-            if action is not None:
-                how = "contains" if action.makes_crawler else "names"
-                entries.append((how, self.tokens[index], action))
-        maker: tuple[str, str] | None = None
-        named: tuple[str, str] | None = None
-        for how, token, action in entries:  # as Classifier._classify walks them
-            if action.unless and any(word in text for word in action.unless):  # type: ignore[attr-defined]
-                continue
-            if action.makes_crawler:  # type: ignore[attr-defined]
-                if action.verdict is not None:  # type: ignore[attr-defined]
-                    return self._say(how, token, verdict, None)
-                maker = maker or (how, token)
-            elif named is None:
-                named = (how, token)
-            if maker is not None and named is not None:
-                return self._say(maker[0], maker[1], verdict, named)
-        if maker is not None:
-            return self._say(maker[0], maker[1], verdict, None)
-        return (
-            f"no browser prefix or word ([browsers] of rules/crawlers.toml) -> family {verdict.family} ({verdict.tag})"
-        )
-
-    def _say(self, how: str, token: str, verdict: object, named: tuple[str, str] | None) -> str:
-        text = f'{how} "{token}" ({self.where(how, token)}) -> family {verdict.family} ({verdict.tag})'  # type: ignore[attr-defined]
-        if named is not None:
-            text += f'; named by "{named[1]}" ({self.where("names", named[1])})'
-        return text
-
-
-# --- figures ---------------------------------------------------------------------------------------
-
-
 def pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.2f}%" if whole else "-"
 
@@ -303,6 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crawlerdetect-site", help="a site-packages folder holding crawlerdetect")
     parser.add_argument("--no-crawlerdetect", action="store_true")
     parser.add_argument("--no-isbot", action="store_true")
+    parser.add_argument(
+        "--write-known",
+        type=Path,
+        metavar="FILE",
+        help="write the shipped corpus's people our classifier calls crawlers, with why (tests/test_corpus.py)",
+    )
     args = parser.parse_args(argv)
 
     people, crawlers, notes = load(args.cache, not args.no_lgpl)
@@ -376,11 +292,11 @@ def main(argv: list[str] | None = None) -> int:
 
     listing = []
     if args.list or args.json:
-        explainer = Explainer(ours)
         groups: dict[str, list[Row]] = defaultdict(list)
         for row, flag in zip(people, people_verdicts["ours"], strict=True):
             if flag:
-                groups[explainer.explain(row.ua)].append(row)
+                verdict, reason = ours.explain(row.ua)
+                groups[f"{reason} -> family {verdict.family} ({verdict.tag})"].append(row)
         for reason in sorted(groups, key=lambda r: (-len(groups[r]), r)):
             listing.append(
                 {
@@ -401,6 +317,20 @@ def main(argv: list[str] | None = None) -> int:
                 for person in entry["people"]:
                     mark = "" if person["shipped"] else " [LGPL cache]"
                     print(f"   {person['kind']}\t{person['source']}{mark}\t{person['ua']}")
+
+    if args.write_known:
+        known = sorted(
+            (row.label, ours.explain(row.ua)[1], row.ua)
+            for row, flag in zip(people, people_verdicts["ours"], strict=True)
+            if flag and row.shipped
+        )
+        header = (
+            "# People of the shipped corpus our classifier still calls crawlers, and why (the token, the rule file).\n"
+            "# Columns: kind<TAB>reason<TAB>user agent. Written by scripts/measure_classifier.py --write-known;\n"
+            "# tests/test_corpus.py fails when a person joins or leaves this list.\n"
+        )
+        args.write_known.write_text(header + "".join(f"{kind}\t{why}\t{ua}\n" for kind, why, ua in known))
+        print(f"wrote {len(known)} known false positives to {args.write_known}", file=sys.stderr)
 
     if args.json:
         args.json.write_text(
