@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings as hypothesis_settings, strategies as st
 
-from crawlergate.classify import HUMAN, MAX_USER_AGENT_CHARS, Classifier
+from crawlergate.classify import HUMAN, MAX_USER_AGENT_CHARS, PROGRAM_REASON, Classifier
 from crawlergate.config import ClassifySettings
 from crawlergate.rules import CrawlerRule, Family, RuleSet
 from tests.conftest import read_user_agents
@@ -525,3 +525,11 @@ def _as_text(user_agent: str | bytes | None) -> str:
     if isinstance(user_agent, bytes):
         return user_agent.decode("latin-1")
     return user_agent or ""
+
+
+def test_classify_explains_what_made_a_crawler(classifier: Classifier) -> None:
+    verdict, reason = classifier.explain("Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)")
+    assert verdict.family == "Bingbot" and reason.startswith('contains "') and ".toml:" in reason
+    assert classifier.explain("AntennaPod/1.2.1")[1] == PROGRAM_REASON
+    firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0"
+    assert classifier.explain(firefox) == (HUMAN, "")
