@@ -501,7 +501,9 @@ def test_two_serve_processes_never_regenerate_at_once(tmp_path: Path) -> None:
         logs = [process.communicate(timeout=20)[1].decode() for process in processes]
         site.stop()
     assert not any("Traceback" in log for log in logs), "\n".join(log for log in logs if "Traceback" in log)
-    assert sum(log.count("regeneration window opened") for log in logs) == 1, logs
+    # One window did it all, or (started late in a minute) one cut short at its end and the next minute's: never
+    # two at once (each page fetched once, at most `concurrency` fetches in flight, checked above).
+    assert sum(log.count("regeneration window opened") for log in logs) in (1, 2), logs
 
 
 def test_the_wsgi_gate_regenerates_in_its_background_thread(tmp_path: Path) -> None:
