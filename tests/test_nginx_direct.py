@@ -216,6 +216,7 @@ def test_a_folder_of_other_pages_or_a_published_file_name_is_never_answered_by_n
     _published(front, "/board/7")
     folder = front.get("/board", follow_redirects=False)
     assert folder.status_code == 200 and folder.headers["x-crawlergate"] != DIRECT  # not nginx's 301 to /board/
+    assert "location" not in folder.headers
     raw = front.get("/board/7.gz")
     assert raw.headers.get("x-crawlergate") != DIRECT and raw.content != front.raw(front.url, "/board/7", GOOGLEBOT)[1]
 

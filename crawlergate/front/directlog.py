@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import IO
 
@@ -31,6 +32,8 @@ logger = logging.getLogger(__name__)
 DIRECT = "direct"
 # How often the file is read: a direct hit shows in stats within this long.
 POLL_S = 0.25
+# How long the file before a rotation is still read (nginx writes to it until it reopens its logs).
+ROTATED_READ_S = 10.0
 # Lines longer than this are no line nginx writes with the include's format: skipped.
 MAX_LINE_BYTES = 16 * 1024
 
@@ -49,6 +52,9 @@ class DirectLog:
         self._inode = 0
         self._partial = b""
         self._lock_fd = -1
+        # The file before a rotation, read a while longer: nginx writes to it until it reopens its logs.
+        self._rotated: IO[bytes] | None = None
+        self._rotated_until = 0.0
 
     def start(self) -> None:
         self._stopping.clear()
@@ -60,9 +66,10 @@ class DirectLog:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+        for handle in (self._handle, self._rotated):
+            if handle is not None:
+                handle.close()
+        self._handle = self._rotated = None
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -100,11 +107,22 @@ class DirectLog:
             return 0
         handle = self._handle
         counted = 0
+        if self._rotated is not None:
+            counted += self._read_to_end(self._rotated, partial=False)
+            if time.monotonic() > self._rotated_until:
+                self._rotated.close()
+                self._rotated = None
         if handle is None or stat.st_ino != self._inode or stat.st_size < handle.tell():
             if handle is not None:
                 if stat.st_ino != self._inode:
-                    counted += self._read_to_end(handle)  # what nginx wrote before it reopened the new file
-                handle.close()
+                    # Rotated: nginx goes on writing to the old file until it reopens its logs (logrotate's
+                    # postrotate), so the old file is read a while longer.
+                    counted += self._read_to_end(handle)
+                    if self._rotated is not None:
+                        self._rotated.close()
+                    self._rotated, self._rotated_until = handle, time.monotonic() + ROTATED_READ_S
+                else:
+                    handle.close()
             handle = self._handle = open(self.path, "rb")  # noqa: SIM115 - kept open between reads
             self._inode = stat.st_ino
             self._partial = b""
@@ -112,18 +130,25 @@ class DirectLog:
                 handle.seek(0, os.SEEK_END)
         return counted + self._read_to_end(handle)
 
-    def _read_to_end(self, handle: IO[bytes]) -> int:
+    def _read_to_end(self, handle: IO[bytes], *, partial: bool = True) -> int:
+        """Count the whole lines from ``handle`` on; a last half line waits (``partial``: the current file's)."""
         counted = 0
+        held = self._partial if partial else b""
         while True:
             chunk = handle.read(1 << 20)
             if not chunk:
-                return counted
-            lines = (self._partial + chunk).split(b"\n")
-            self._partial = lines.pop()
-            if len(self._partial) > MAX_LINE_BYTES:
-                self._partial = b""
+                break
+            lines = (held + chunk).split(b"\n")
+            held = lines.pop()
+            if len(held) > MAX_LINE_BYTES:
+                held = b""
             for line in lines:
                 counted += self._count(line)
+        if partial:
+            self._partial = held
+        elif held:
+            handle.seek(-len(held), os.SEEK_CUR)  # read again once whole
+        return counted
 
     def _count(self, line: bytes) -> int:
         with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):

@@ -101,25 +101,24 @@ class DiskStore:
         found: list[tuple[float, str, int]] = []
         published_bytes = 0
         published = os.path.join(self.root, PUBLISHED_FOLDER)
-        for folder, _, files in os.walk(self.root):
-            for name in files:
-                path = os.path.join(folder, name)
-                if folder.startswith(published) and not name.startswith(_TEMP_PREFIX):
-                    with contextlib.suppress(OSError):
-                        published_bytes += on_disk(os.lstat(path).st_size)
-                elif name.startswith(_TEMP_PREFIX):
-                    # A crash's leftovers; not a write another process (a worker beside this one) has under way.
-                    with contextlib.suppress(OSError):
-                        if moving and os.stat(path).st_mtime < time.time() - _TEMP_STALE_SECONDS:
-                            os.unlink(path)
-                elif name.endswith(SUFFIX):
-                    with contextlib.suppress(OSError):
-                        key = name.removesuffix(SUFFIX)
-                        if moving and Path(path) != self.path_for(key):
-                            self.path_for(key).parent.mkdir(parents=True, exist_ok=True)
-                            os.replace(path, self.path_for(key))
-                        stat = os.stat(self.path_for(key))
-                        found.append((stat.st_mtime, key, on_disk(stat.st_size)))
+        for path in walk_files(self.root):
+            folder, name = os.path.split(path)
+            if folder.startswith(published) and not name.startswith(_TEMP_PREFIX):
+                with contextlib.suppress(OSError):
+                    published_bytes += on_disk(os.lstat(path).st_size)
+            elif name.startswith(_TEMP_PREFIX):
+                # A crash's leftovers; not a write another process (a worker beside this one) has under way.
+                with contextlib.suppress(OSError):
+                    if moving and os.stat(path).st_mtime < time.time() - _TEMP_STALE_SECONDS:
+                        os.unlink(path)
+            elif name.endswith(SUFFIX):
+                with contextlib.suppress(OSError):
+                    key = name.removesuffix(SUFFIX)
+                    if moving and Path(path) != self.path_for(key):
+                        self.path_for(key).parent.mkdir(parents=True, exist_ok=True)
+                        os.replace(path, self.path_for(key))
+                    stat = os.stat(self.path_for(key))
+                    found.append((stat.st_mtime, key, on_disk(stat.st_size)))
         found.sort()
         with self._lock:
             served = [key for key in self._recency]
@@ -314,6 +313,19 @@ class DiskStore:
                 continue
             total[0] -= size + self.on_delete(victim)
             self.on_evict()
+
+
+def walk_files(root: Path) -> Iterator[str]:
+    """The files under ``root``, without recursion (a tree deeper than Python's stack must not stop a walk)."""
+    folders = [str(root)]
+    while folders:
+        folder = folders.pop()
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                else:
+                    yield entry.path
 
 
 def on_disk(size: int) -> int:

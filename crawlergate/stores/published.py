@@ -33,11 +33,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from crawlergate.keys import CacheKey, digest_of
 from crawlergate.page import Page
-from crawlergate.stores.disk import PUBLISHED_FOLDER, DiskStore, on_disk
+from crawlergate.stores.disk import PUBLISHED_FOLDER, DiskStore, on_disk, walk_files
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +140,8 @@ class PublishedTree:
         """Create the host's folder, then in the background drop what must not be served (a page marked, expired
         or gone from L2 while the gate was down: a crash between a mark and its unpublish) and watch expiries."""
         self.root.mkdir(parents=True, exist_ok=True)
+        for folder in (self.root.parent, self.root):
+            folder.chmod(0o755)  # nginx's user enters them, whatever the gate's umask
         self._stopping.clear()
         self._sweeper = threading.Thread(target=self._run, args=(marked,), name="crawlergate-published", daemon=True)
         self._sweeper.start()
@@ -181,37 +184,36 @@ class PublishedTree:
         return placed
 
     def unpublish(self, digests: Iterable[str]) -> None:
-        """Take pages out of the tree (a mark, a purge): nginx sends their next request to the gate."""
+        """Take pages out of the tree (a mark, a purge, expiry): nginx sends their next request to the gate. The
+        link stays, with the validators the file had, so a copy published again never repeats an old ETag."""
         for digest in digests:
             self.l2.adjust(functools.partial(self._freed, digest))
 
     def _freed(self, digest: str) -> int:
-        return -self.remove(digest)
+        link = _read_link(self._link(digest))
+        if link is None or not link.get("on"):
+            return 0
+        freed = self._remove_file(str(link.get("p", "")))
+        _write_link(self._link(digest), {**link, "on": False, "x": 0})
+        return -freed
 
     def remove(self, digest: str) -> int:
         """Delete a page's published file and link; the bytes freed (the disk store calls this as it deletes)."""
-        link = self._link(digest)
-        try:
-            name = json.loads(link.read_bytes())["p"]
-        except FileNotFoundError:
+        path = self._link(digest)
+        link = _read_link(path)
+        if link is None:
             return 0
-        except (OSError, ValueError, KeyError, TypeError):
-            name = ""
-        freed = 0
-        if isinstance(name, str) and name:
-            freed = self._remove_file(name)
+        freed = self._remove_file(str(link.get("p", ""))) if link.get("on") else 0
         with contextlib.suppress(FileNotFoundError):
-            link.unlink()
+            path.unlink()
         return freed
 
     def _place(self, digest: str, directory: int, temp: str, file_name: str, name: str, page: Page) -> int:
         """Under L2's lock, with the page's L2 copy there: the link, then the file; the bytes added."""
         link = self._link(digest)
-        link_temp = link.with_name(f"{_TEMP_PREFIX}{digest}-{os.getpid()}-{threading.get_ident()}.pub")
-        link_temp.write_bytes(json.dumps({"p": name, "x": page.expires_at}).encode())
-        os.replace(link_temp, link)
+        dated = _distinct_validators(directory, temp, file_name, page, _read_link(link))
+        _write_link(link, {"p": name, "x": page.expires_at, "on": True, "m": dated, "s": len(page.body_gz)})
         replaced = _blocks_at(directory, file_name)
-        _distinct_validators(directory, temp, file_name, page)
         os.rename(temp, file_name, src_dir_fd=directory, dst_dir_fd=directory)
         return on_disk(len(page.body_gz)) - replaced
 
@@ -267,21 +269,25 @@ class PublishedTree:
                     if not entry.name.endswith(LINK_SUFFIX) or entry.name.startswith(_TEMP_PREFIX):
                         continue
                     digest = entry.name.removesuffix(LINK_SUFFIX)
+                    if not self.l2.has_file(digest):
+                        self.l2.adjust(functools.partial(_negated, self.remove, digest))
+                        continue
                     expires_at = _expiry(Path(entry.path))
                     if expires_at == float("inf"):
-                        continue  # unpublished meanwhile
-                    if digest in marked or expires_at <= now + EXPIRY_MARGIN_S or not self.l2.has_file(digest):
+                        continue  # not published now
+                    if digest in marked or expires_at <= now + EXPIRY_MARGIN_S:
                         self.unpublish([digest])
                     else:
                         with self._due_lock:
                             heapq.heappush(self._due, (expires_at, digest))
-        for folder, _, files in os.walk(self.root):
-            for file_name in files:
-                if file_name.startswith(_TEMP_PREFIX) or not file_name.endswith(SUFFIX):
-                    continue
-                name = os.path.relpath(os.path.join(folder, file_name), self.root)
-                if not self._link(digest_of(target_of(name))).exists():
-                    self.l2.adjust(functools.partial(_negated, self._remove_file, name))
+        for path in walk_files(self.root):
+            file_name = os.path.basename(path)
+            if file_name.startswith(_TEMP_PREFIX) or not file_name.endswith(SUFFIX):
+                continue
+            name = os.path.relpath(path, self.root)
+            link = _read_link(self._link(digest_of(target_of(name))))
+            if link is None or not link.get("on") or link.get("p") != name:
+                self.l2.adjust(functools.partial(_negated, self._remove_file, name))
 
     def sweep(self) -> None:
         """Unpublish the pages whose lifetime ends within the margin (a page published again meanwhile stays)."""
@@ -339,23 +345,47 @@ def _write(directory: int, name: str, data: bytes, modified: float) -> None:
     os.utime(name, (modified, modified), dir_fd=directory, follow_symlinks=False)
 
 
-def _distinct_validators(directory: int, temp: str, name: str, page: Page) -> None:
-    """nginx's ETag is the file's time and size: a page whose bytes changed but whose site kept its Last-Modified
-    (and whose gzip kept its size) would keep the old ETag, and get 304 for the old copy. Such a page is dated a
-    second after the copy it replaces; the same bytes published again keep the copy's date."""
+def _distinct_validators(directory: int, temp: str, name: str, page: Page, link: dict[str, Any] | None) -> int:
+    """The time to give a published copy, so that nginx's ETag (the file's time and size) never repeats for other
+    bytes: the page's Last-Modified, unless the copy it follows (the file there, else the one the link remembers
+    from before an unpublish) had that size and a time at or after it. Then the same bytes keep that time, and
+    other bytes (a page the site changed but dated the same) get a second more."""
+    dated = int(page.last_modified)
+    size = len(page.body_gz)
     try:
         old = os.stat(name, dir_fd=directory, follow_symlinks=False)
+        before: tuple[int, int] | None = (int(old.st_mtime), old.st_size)
     except FileNotFoundError:
-        return
-    if int(old.st_mtime) < int(page.last_modified) or old.st_size != len(page.body_gz):
-        return
-    handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
-    try:
-        same = os.read(handle, len(page.body_gz) + 1) == page.body_gz
-    finally:
-        os.close(handle)
-    dated = old.st_mtime if same else old.st_mtime + 1
+        old = None
+        before = (int(link.get("m", 0)), int(link.get("s", -1))) if link else None
+    if before is None or before[0] < dated or before[1] != size:
+        return dated
+    same = False
+    if old is not None:
+        handle = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+        try:
+            same = os.read(handle, size + 1) == page.body_gz
+        finally:
+            os.close(handle)
+    dated = before[0] if same else before[0] + 1
     os.utime(temp, (dated, dated), dir_fd=directory, follow_symlinks=False)
+    return dated
+
+
+def _read_link(path: Path) -> dict[str, Any] | None:
+    try:
+        link = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return link if isinstance(link, dict) else {}
+
+
+def _write_link(path: Path, link: dict[str, Any]) -> None:
+    temp = path.with_name(f"{_TEMP_PREFIX}{path.stem}-{os.getpid()}-{threading.get_ident()}{LINK_SUFFIX}")
+    temp.write_bytes(json.dumps(link).encode())
+    os.replace(temp, path)
 
 
 def _blocks_at(directory: int, name: str) -> int:
@@ -366,10 +396,12 @@ def _blocks_at(directory: int, name: str) -> int:
 
 
 def _expiry(link: Path) -> float:
-    """When a linked page expires: inf when the link is gone, 0 when it cannot be read (dropped)."""
-    try:
-        return float(json.loads(link.read_bytes())["x"])
-    except FileNotFoundError:
+    """When a published page expires: inf when it is not published (the link gone or off), 0 when the link
+    cannot be read (dropped)."""
+    found = _read_link(link)
+    if found is None or found.get("on") is False:
         return float("inf")
-    except (OSError, ValueError, KeyError, TypeError):
+    try:
+        return float(found["x"])
+    except (KeyError, TypeError, ValueError):
         return 0.0

@@ -170,3 +170,29 @@ def test_the_direct_log_counts_what_was_written_before_the_rotation_and_odd_byte
     log.write_bytes(line)
     assert reader.read() == 3
     reader.close()
+
+
+def test_a_copy_published_again_after_a_mark_never_repeats_an_old_validator(tmp_path: Path) -> None:
+    store, tree = _stored(tmp_path)
+    dated = {"last_modified": 1_700_000_000.0}
+    assert _publish(store, tree, "/t", _page(b"<html>replies: 0</html>", **dated))
+    tree.unpublish([_key("/t").digest])  # a mark: the file goes, its validators stay in the link
+    assert not (tree.root / "t.gz").exists()
+    assert _publish(store, tree, "/t", _page(b"<html>replies: 8</html>", **dated))
+    assert int(os.stat(tree.root / "t.gz").st_mtime) == 1_700_000_001
+
+
+def test_the_direct_log_reads_the_rotated_file_until_nginx_reopens(tmp_path: Path) -> None:
+    metrics = Metrics()
+    log = tmp_path / "direct.log"
+    log.write_bytes(b"")
+    reader = DirectLog(log, Classifier.from_settings(Settings().classify), metrics, lock=tmp_path / "lock")
+    reader.read(from_end=True)
+    line = b'{"status":200,"request_time":0.001,"user_agent":"Googlebot/2.1"}\n'
+    with log.open("ab") as nginx:
+        log.rename(tmp_path / "direct.log.1")
+        log.write_bytes(b"")  # logrotate's "create": the new file is there before nginx reopens
+        assert reader.read() == 0
+        nginx.write(line * 2)  # nginx still writes to the old one
+    assert reader.read() == 2
+    reader.close()
