@@ -530,6 +530,6 @@ def _as_text(user_agent: str | bytes | None) -> str:
 def test_classify_explains_what_made_a_crawler(classifier: Classifier) -> None:
     verdict, reason = classifier.explain("Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)")
     assert verdict.family == "Bingbot" and reason.startswith('contains "') and ".toml:" in reason
-    assert classifier.explain("AntennaPod/1.2.1")[1] == PROGRAM_REASON
+    assert classifier.explain("4D530A3D/1.6.4.30605")[1] == PROGRAM_REASON
     firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 Firefox/120.0"
     assert classifier.explain(firefox) == (HUMAN, "")
