@@ -10,7 +10,9 @@ total is one count in the folder (``.size``), changed under a file lock by every
 of every process, and a write that takes it past the cap evicts before the lock is let go, so the
 folder never holds more than the cap and one page. Each process rescans the folder now and then
 (``RESCAN_SECONDS``) to learn the recency of the others' pages. A full disk makes a write evict
-pages and try once more instead of failing from then on.
+pages and try once more instead of failing from then on. What else belongs to a page (its copy in
+the published tree, stores/published.py) is counted in the same total (``alongside``, ``adjust``) and
+goes with the page (``on_delete``, under the same lock).
 
     store = DiskStore(Path("/var/cache/crawlergate"), max_bytes=1 << 30)
     store.start()

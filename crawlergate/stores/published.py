@@ -5,15 +5,19 @@ never saw a cached crawler request. The L2 folder names pages by digest, which n
 find from a URL, so beside it the gate keeps a second tree, addressed by URL: the gzip body of each
 fresh page a static server can answer as-is, at ``published/<host>/<path>.gz`` (a path ending in
 ``/`` at ``<path>/.index.gz``). Only plain paths are published (``PLAIN_PATH``: no escapes, no query,
-no dot segments, no segment starting with a dot), so the path nginx reads from a request is the
-page's key, letter for letter; the nginx include sends every other request to the gate.
+no dot segments, no segment starting with a dot, no ``.gz`` name; at most ``MAX_DEPTH`` segments), so
+the path nginx reads from a request is the page's key, letter for letter; the nginx include sends
+every other request to the gate.
 
 A page leaves the tree before anything else learns it changed (the gate unpublishes before it marks),
 when it expires (a sweeper thread), and with its L2 copy (the disk store calls ``remove`` for each page
-it deletes or evicts). Each published page has a link beside its L2 copy (``ab/<digest>.pub``: where it
-is published, until when), so any process can find it from the digest. Writes go through directory
-descriptors opened without following symbolic links, then a rename: a link planted in the tree leads
-nowhere, and nginx never reads half a page. The published bytes count against L2's cap.
+it deletes or evicts); folders left empty go with it. Each page has a link beside its L2 copy
+(``ab/<digest>.pub``: where it is published, until when, and the time and size of its file, kept after
+an unpublish so a copy published again never repeats nginx's ETag for other bytes), so any process
+finds it from the digest. Writes go through directory descriptors opened without following symbolic
+links, then a rename: a link planted in the tree leads nowhere, and nginx never reads half a page.
+Files are 0644 and folders 0755 whatever the umask (nginx's user reads them). The published bytes
+count against L2's cap.
 
     tree = PublishedTree(l2, host="forum.example")
     tree.publish(key, page)   # after the page is stored and known unmarked
