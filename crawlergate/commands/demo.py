@@ -31,6 +31,12 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     demo.add_argument("--concurrency", type=positive_int, default=8, help="replay clients")
     demo.add_argument("--dir", type=Path, help="keep the run's files here (default: a new temporary folder)")
     demo.add_argument("--serve", action="store_true", help="leave the forum and the gate running afterwards")
+    demo.add_argument(
+        "--front",
+        choices=("nginx",),
+        help="put nginx with crawlergate's include in front (needs nginx): announced crawlers are answered from "
+        "the published tree, the forum's pages at plain URLs (default: none)",
+    )
     add_settings_flags(demo)
     demo.set_defaults(handler=_run_demo)
     demo_commands = demo.add_subparsers(dest="demo_command", metavar="DEMO_COMMAND")
@@ -62,7 +68,13 @@ def _add_forum_flags(parser: argparse.ArgumentParser) -> None:
 def _run_demo(args: argparse.Namespace) -> int:
     from crawlergate.demo.run import DemoSpec, run_demo
 
-    spec = DemoSpec(threads=args.threads, requests=args.requests, work_ms=args.work_ms, concurrency=args.concurrency)
+    spec = DemoSpec(
+        threads=args.threads,
+        requests=args.requests,
+        work_ms=args.work_ms,
+        concurrency=args.concurrency,
+        front=args.front or "",
+    )
     return run_demo(spec, settings_of(args), args.dir, serve=args.serve)
 
 

@@ -72,6 +72,11 @@ class Forum:
                 Route("/", self._page(self.front)),
                 Route("/forumdisplay.php", self._page(self.forum)),
                 Route("/showthread.php", self._page(self.thread)),
+                # The same pages at plain URLs (a query-less URL is what a front server can answer from disk).
+                Route("/f/{f:int}", self._page(self.forum)),
+                Route("/f/{f:int}/page/{page:int}", self._page(self.forum)),
+                Route("/t/{t:int}", self._page(self.thread)),
+                Route("/t/{t:int}/page/{page:int}", self._page(self.thread)),
                 Route("/member.php", self._page(self.member)),
                 Route("/sitemap.xml", self.sitemap),
                 Route("/feed.rss", self.feed),
@@ -319,7 +324,7 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 def _int(request: Request, name: str) -> int:
-    value = request.query_params.get(name, "")
+    value = str(request.path_params.get(name, "")) or request.query_params.get(name, "")
     return int(value) if value.isdigit() and len(value) < 10 else 0
 
 

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,8 +31,9 @@ from crawlergate.classify import Classifier
 from crawlergate.config import Settings
 from crawlergate.demo.forum import THREADS_PER_PAGE
 from crawlergate.demo.seed import seed_database
-from crawlergate.demo.trace import TraceSpec, structure_of, write_trace
+from crawlergate.demo.trace import TraceSpec, forum_target, structure_of, thread_target, write_trace
 from crawlergate.errors import CrawlerGateError
+from crawlergate.front.nginx import nginx_include
 from crawlergate.progress import Progress
 from crawlergate.tools.logparse import LogReader
 from crawlergate.tools.replay import (
@@ -80,6 +82,9 @@ class DemoSpec:
     concurrency: int = 8
     crawler_share: float = 0.68
     seed: int = 2012
+    # "nginx": nginx with the include of `crawlergate nginx-config` in front of the gate, the forum's pages at
+    # plain URLs, so announced crawlers are answered from the published tree (direct hits).
+    front: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,12 +134,22 @@ def running_experiment(spec: DemoSpec, settings: Settings, folder: Path | None) 
         # The gate runs on the demo's own settings (its --config and CRAWLERGATE_* included), whole, with
         # the forum's write rules: a reply marks its thread changed.
         gate_settings = _with_site(settings, DEMO_SITE_PROFILE)
+        plain = spec.front == "nginx"
+        if plain:
+            gate_settings = _with_front(gate_settings, folder, forum_port)
         processes.append(_start(gate_command, folder / "gate.err", gate_settings.to_environ()))
         _wait_for(gate_port, processes[-1], folder / "gate.err")
         forum, gate = f"http://127.0.0.1:{forum_port}", f"http://127.0.0.1:{gate_port}"
         say(f"forum on {forum}, crawlergate on {gate}")
+        admin = gate
+        if plain:
+            front_port = free_port()
+            processes.append(start_nginx_front(folder, front_port, gate_port, gate_settings))
+            _wait_for(front_port, processes[-1], folder / "nginx" / "error.log")
+            gate = f"http://127.0.0.1:{front_port}"
+            say(f"nginx with crawlergate's include on {gate}: announced crawlers from the published tree")
 
-        warm = _warming_requests(db)
+        warm = _warming_requests(db, plain=plain)
         say(f"warming L2 with all {len(warm):,} pages of the forum")
         with Progress("warming L2", total=len(warm), unit=" pages") as progress:
             run_replay(replay(warm, gate, concurrency=4, on_progress=lambda done, _: progress.update(done)))
@@ -147,11 +162,12 @@ def running_experiment(spec: DemoSpec, settings: Settings, folder: Path | None) 
                 crawler_share=spec.crawler_share,
                 page_cost_us=int(spec.work_ms * 1000),
                 seed=spec.seed,
+                plain_urls=plain,
             ),
             structure_of(db),
         )
         requests = requests_from_log(LogReader(trace), Classifier.from_settings(settings.classify))
-        stats_url = f"{gate}{settings.admin.prefix}/stats"
+        stats_url = f"{admin}{settings.admin.prefix}/stats"
         before = httpx.get(stats_url, timeout=10).json()
         say(f"1. throughput: {len(requests):,} requests of {trace.name} with {spec.concurrency} clients as fast as "
             "they are answered, straight to the forum, then through crawlergate")  # fmt: skip
@@ -170,6 +186,8 @@ def running_experiment(spec: DemoSpec, settings: Settings, folder: Path | None) 
             _replay(sample, url, label=f"{name}, same load", speed=speed)
             for name, url in ((ALONE, forum), (GATED, gate))
         ]
+        if plain:
+            time.sleep(1.0)  # nginx flushes its direct-hit log every 250 ms, the gate reads it four times a second
         stats = _difference(httpx.get(stats_url, timeout=10).json(), before)
         yield Experiment(closed, opened, stats, folder, forum, gate)
     finally:
@@ -188,14 +206,14 @@ def say(text: str) -> None:
 
 def _difference(after: dict[str, Any], before: dict[str, Any]) -> dict[str, dict[str, int]]:
     """The gate's counters for the replay alone (the warming is not counted)."""
-    counters = ("l1_hits", "l2_hits", "misses", "stale", "prefetches")
+    counters = ("l1_hits", "l2_hits", "direct_hits", "misses", "stale", "prefetches")
     return {kind: {name: after[kind][name] - before[kind][name] for name in counters} for kind in ("crawler", "human")}
 
 
 def _comparison(closed: list[ReplayResult], opened: list[ReplayResult], stats: dict[str, dict[str, int]]) -> str:
     crawler = stats["crawler"]
-    lookups = crawler["l1_hits"] + crawler["l2_hits"] + crawler["misses"] + crawler["stale"]
-    hits = crawler["l1_hits"] + crawler["l2_hits"]
+    hits = crawler["l1_hits"] + crawler["l2_hits"] + crawler["direct_hits"]
+    lookups = hits + crawler["misses"] + crawler["stale"]
     direct, gated = (result.summary() for result in closed)
     slow, fast = (result.summary() for result in opened)
 
@@ -221,7 +239,7 @@ def _comparison(closed: list[ReplayResult], opened: list[ReplayResult], stats: d
             f"  human mean TTFB   {speedup('human')}, {abs(human_change):.0%} "
             f"{'lower' if human_change >= 0 else 'higher'}; paper 31 % lower",
             f"  crawler hit ratio {hits / lookups if lookups else 0:.1%} ({crawler['l1_hits']:,} L1, "
-            f"{crawler['l2_hits']:,} L2, {crawler['misses']:,} misses); "
+            f"{crawler['l2_hits']:,} L2, {_direct(crawler)}{crawler['misses']:,} misses); "
             f"{stats['human']['prefetches']:,} human-induced prefetches",
         ]
     )
@@ -245,8 +263,8 @@ def demo_report(experiment: Experiment) -> str:
         f"{PAPER_SPEEDUPS['throughput']:.2f}×",
     ])  # fmt: skip
     crawler = experiment.stats["crawler"]
-    lookups = crawler["l1_hits"] + crawler["l2_hits"] + crawler["misses"] + crawler["stale"]
-    hits = crawler["l1_hits"] + crawler["l2_hits"]
+    hits = crawler["l1_hits"] + crawler["l2_hits"] + crawler["direct_hits"]
+    lookups = hits + crawler["misses"] + crawler["stale"]
     header = ["measure", ALONE, GATED, "this run", "the paper"]
     versus = table(header, rows, text_columns=(0,)) + paragraph(
         f"The gate answered {hits / lookups if lookups else 0:.1%} of crawler requests from its cache "
@@ -283,18 +301,54 @@ def _replay(
     return result
 
 
-def _warming_requests(db: Path) -> list[ReplayRequest]:
+def _direct(crawler: Mapping[str, int]) -> str:
+    return f"{crawler['direct_hits']:,} answered by nginx from the published tree, " if crawler["direct_hits"] else ""
+
+
+def _with_front(settings: Settings, folder: Path, forum_port: int) -> Settings:
+    """The gate's settings with the published tree on and nginx's direct-hit log read."""
+    front = dataclasses.replace(settings.front, publish=True, direct_log=str(folder / "nginx" / "direct.log"))
+    server = dataclasses.replace(settings.server, origin=f"http://127.0.0.1:{forum_port}")
+    return dataclasses.replace(settings, front=front, server=server, l2=dataclasses.replace(settings.l2,
+                               cache_dir=str(folder / "l2")))  # fmt: skip
+
+
+def start_nginx_front(folder: Path, port: int, gate_port: int, settings: Settings) -> subprocess.Popen[bytes]:
+    """Debian's nginx with the include `crawlergate nginx-config` writes, in front of the gate, in the run's folder."""
+    binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if binary is None:
+        raise CrawlerGateError("demo --front nginx needs nginx (apt-get install nginx).")
+    prefix = folder / "nginx"
+    for name in ("include", "body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (prefix / name).mkdir(parents=True, exist_ok=True)
+    classifier = Classifier.from_settings(settings.classify)
+    include = nginx_include(settings, gate=f"127.0.0.1:{gate_port}", direct_log=prefix / "direct.log",
+                            classifier=classifier)  # fmt: skip
+    for name, text in include.items():
+        (prefix / "include" / name).write_text(text)
+    temp = "\n".join(f"    {kind}_temp_path {prefix / kind};" for kind in ("proxy", "fastcgi", "uwsgi", "scgi"))
+    user = "user root;\n" if os.geteuid() == 0 else ""  # as root, workers would be nobody, shut out of the folder
+    (prefix / "nginx.conf").write_text(
+        f"{user}worker_processes 1;\ndaemon off;\npcre_jit on;\npid {prefix}/nginx.pid;\n"
+        f"error_log {prefix}/error.log;\n"
+        f"events {{ worker_connections 1024; }}\nhttp {{\n    access_log off;\n"
+        f"    client_body_temp_path {prefix / 'body'};\n{temp}\n"
+        f"    include {prefix}/include/crawlergate-http.conf;\n"
+        f"    server {{\n        listen 127.0.0.1:{port};\n        include {prefix}/include/crawlergate-server.conf;\n"
+        f"        location ^~ {settings.admin.prefix} {{ proxy_pass http://crawlergate_gate; }}\n    }}\n}}\n"
+    )
+    return subprocess.Popen([binary, "-c", str(prefix / "nginx.conf"), "-p", str(prefix)], stderr=subprocess.DEVNULL)
+
+
+def _warming_requests(db: Path, *, plain: bool = False) -> list[ReplayRequest]:
     structure = structure_of(db)
     targets = ["/"] + [
-        f"/forumdisplay.php?f={forum}" + (f"&page={page}" if page > 1 else "")
+        forum_target(forum, page, plain=plain)
         for forum in structure.forums
         for page in range(1, max(1, math.ceil(len(structure.threads_by_forum[forum]) / THREADS_PER_PAGE)) + 1)
     ]
-    targets += [
-        f"/showthread.php?t={thread}" + (f"&page={page}" if page > 1 else "")
-        for thread, pages in structure.threads
-        for page in range(1, pages + 1)
-    ]
+    targets += [thread_target(thread, page, plain=plain) for thread, pages in structure.threads
+                for page in range(1, pages + 1)]  # fmt: skip
     return [ReplayRequest("GET", target, WARMING_AGENT, "crawler", 0.0) for target in targets]
 
 

@@ -79,6 +79,23 @@ class TraceSpec:
     follow_share: float = 0.5
     follow_window_s: float = 3600.0
     seed: int = 2012
+    # Thread and forum pages at /t/12/page/2 and /f/3 instead of /showthread.php?t=12&page=2 (the forum serves
+    # both): a front server answers only query-less URLs from disk.
+    plain_urls: bool = False
+
+
+def thread_target(thread: int, page: int, *, plain: bool = False) -> str:
+    """A thread page's URL, as the paper's vBulletin wrote it or plain."""
+    if plain:
+        return f"/t/{thread}" + (f"/page/{page}" if page > 1 else "")
+    return f"/showthread.php?t={thread}" + (f"&page={page}" if page > 1 else "")
+
+
+def forum_target(forum: int, page: int, *, plain: bool = False) -> str:
+    """A forum listing page's URL, as the paper's vBulletin wrote it or plain."""
+    if plain:
+        return f"/f/{forum}" + (f"/page/{page}" if page > 1 else "")
+    return f"/forumdisplay.php?f={forum}" + (f"&page={page}" if page > 1 else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +186,7 @@ def _crawler(
             offsets.append(when)
             when += 0.05 if burst > 1 else rng.uniform(0.7, 1.3)
     scale = spec.duration_s / when  # the sweep spans the whole trace, bursts included
-    urls = itertools.cycle(_breadth_first(structure))
+    urls = itertools.cycle(_breadth_first(structure, spec.plain_urls))
     for offset in offsets:
         moment = TRACE_START + offset * scale
         target = next(urls)
@@ -181,16 +198,16 @@ def _crawler(
         yield moment, _page_line("GET", target, user_agent, "-", host, spec, rng)
 
 
-def _breadth_first(structure: ForumStructure) -> Iterator[str]:
+def _breadth_first(structure: ForumStructure, plain: bool = False) -> Iterator[str]:
     yield "/"
     for forum in structure.forums:
         pages = max(1, math.ceil(len(structure.threads_by_forum[forum]) / THREADS_PER_PAGE))
         for page in range(1, pages + 1):
-            yield f"/forumdisplay.php?f={forum}" + (f"&page={page}" if page > 1 else "")
+            yield forum_target(forum, page, plain=plain)
     for forum in structure.forums:
         for thread, pages in structure.threads_by_forum[forum]:
             for page in range(1, pages + 1):
-                yield f"/showthread.php?t={thread}" + (f"&page={page}" if page > 1 else "")
+                yield thread_target(thread, page, plain=plain)
 
 
 def _humans(
@@ -218,12 +235,12 @@ def _humans(
                 if page > pages or rng.random() < 0.35:
                     thread, pages = threads[bisect.bisect(weights, rng.random() * weights[-1]) % len(threads)]
                     page = 1
-                target = f"/showthread.php?t={thread}" + (f"&page={page}" if page > 1 else "")
+                target = thread_target(thread, page, plain=spec.plain_urls)
                 page += 1
             sessions.append((when, _page_line("GET", target, user_agent, user, host, spec, rng)))
             if rng.random() < spec.static_share:
                 sessions.append((when + 0.05, _Line("GET", "/static/forum.css", 200, 102, user_agent, user, host, 100)))
-            if user != "-" and target.startswith("/showthread") and rng.random() < spec.reply_share:
+            if user != "-" and target.startswith(("/showthread", "/t/")) and rng.random() < spec.reply_share:
                 reply = _Line("POST", f"/newreply.php?t={thread}", 303, 0, user_agent, user, host, spec.page_cost_us)
                 sessions.append((when + 20, reply))
             views += 1

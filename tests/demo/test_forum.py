@@ -40,6 +40,8 @@ def test_seed_is_deterministic_and_reused(tmp_path: Path) -> None:
         pytest.param("/", "Recently active", id="front"),
         pytest.param("/forumdisplay.php?f=1", "replies", id="forum"),
         pytest.param("/showthread.php?t=5", 'class="post"', id="thread"),
+        pytest.param("/t/5", 'class="post"', id="thread-plain"),
+        pytest.param("/f/1/page/1", "replies", id="forum-plain"),
         pytest.param("/member.php?u=2", "Joined", id="member"),
         pytest.param("/sitemap.xml", "showthread.php?t=1<", id="sitemap"),
     ],
@@ -51,7 +53,9 @@ async def test_forum_pages(db: Path, url: str, needle: str) -> None:
     assert "unread messages" not in response.text
 
 
-@pytest.mark.parametrize("url", ["/showthread.php?t=999999", "/forumdisplay.php?f=0", "/member.php?u=abc"])
+@pytest.mark.parametrize(
+    "url", ["/showthread.php?t=999999", "/forumdisplay.php?f=0", "/member.php?u=abc", "/t/999999", "/t/5/page/99"]
+)
 async def test_forum_missing_pages_are_404(db: Path, url: str) -> None:
     async with _client(db) as client:
         assert (await client.get(url)).status_code == 404
