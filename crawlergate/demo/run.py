@@ -212,7 +212,7 @@ def _difference(after: dict[str, Any], before: dict[str, Any]) -> dict[str, dict
 
 def _comparison(closed: list[ReplayResult], opened: list[ReplayResult], stats: dict[str, dict[str, int]]) -> str:
     crawler = stats["crawler"]
-    hits = crawler["l1_hits"] + crawler["l2_hits"] + crawler["direct_hits"]
+    hits = crawler["l1_hits"] + crawler["l2_hits"] + crawler.get("direct_hits", 0)
     lookups = hits + crawler["misses"] + crawler["stale"]
     direct, gated = (result.summary() for result in closed)
     slow, fast = (result.summary() for result in opened)
@@ -263,7 +263,7 @@ def demo_report(experiment: Experiment) -> str:
         f"{PAPER_SPEEDUPS['throughput']:.2f}×",
     ])  # fmt: skip
     crawler = experiment.stats["crawler"]
-    hits = crawler["l1_hits"] + crawler["l2_hits"] + crawler["direct_hits"]
+    hits = crawler["l1_hits"] + crawler["l2_hits"] + crawler.get("direct_hits", 0)
     lookups = hits + crawler["misses"] + crawler["stale"]
     header = ["measure", ALONE, GATED, "this run", "the paper"]
     versus = table(header, rows, text_columns=(0,)) + paragraph(
@@ -302,7 +302,8 @@ def _replay(
 
 
 def _direct(crawler: Mapping[str, int]) -> str:
-    return f"{crawler['direct_hits']:,} answered by nginx from the published tree, " if crawler["direct_hits"] else ""
+    direct = crawler.get("direct_hits", 0)
+    return f"{direct:,} answered by nginx from the published tree, " if direct else ""
 
 
 def _with_front(settings: Settings, folder: Path, forum_port: int) -> Settings:
