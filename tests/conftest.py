@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 import shutil
 import signal
@@ -83,6 +84,24 @@ def paper_classifier() -> Classifier:
 def read_user_agents(name: str) -> list[str]:
     lines = (DATA / "user_agents" / name).read_text(encoding="utf-8").splitlines()
     return [line for line in lines if line and not line.startswith("#")]
+
+
+def read_corpus(name: str) -> list[tuple[str, str]]:
+    """(kind or set, user agent) of a corpus file built by scripts/build_ua_corpus.py (kind, source, user agent)."""
+    with gzip.open(DATA / "user_agents" / name, "rt", encoding="utf-8") as handle:
+        rows = (line.rstrip("\n").split("\t", 2) for line in handle if not line.startswith("#"))
+        return [(row[0], row[2]) for row in rows if len(row) == 3]
+
+
+@pytest.fixture(scope="session")
+def nginx_binary() -> str:
+    """Debian's nginx; CI installs it, elsewhere its tests are skipped without it."""
+    binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("nginx is needed (apt-get install nginx); CI installs it")
+        pytest.skip("nginx is not installed (apt-get install nginx)")
+    return binary
 
 
 class MemcachedServer:

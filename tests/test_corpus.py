@@ -4,7 +4,6 @@ crawlers, each known by name and reason, so a rule change that takes one more pe
 
 from __future__ import annotations
 
-import gzip
 import re
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
+from tests.conftest import read_corpus
 
 CORPUS = Path(__file__).parent / "data" / "user_agents"
 KNOWN = CORPUS / "known-false-positives.tsv"
@@ -26,12 +26,6 @@ BROWSER_GRAMMAR = re.compile(
 LEAST_RECALL = {"search-engine": 0.995, "ai-crawler": 0.98, "other": 0.985}
 
 
-def _rows(name: str) -> list[tuple[str, str]]:
-    with gzip.open(CORPUS / name, "rt", encoding="utf-8") as handle:
-        rows = (line.rstrip("\n").split("\t", 2) for line in handle if not line.startswith("#"))
-        return [(row[0], row[2]) for row in rows if len(row) == 3]
-
-
 @pytest.fixture(scope="module")
 def classifier() -> Classifier:
     return Classifier.from_settings(Settings().classify)
@@ -39,7 +33,7 @@ def classifier() -> Classifier:
 
 def test_people_taken_for_crawlers_are_only_the_known_ones(classifier: Classifier) -> None:
     known = {line.split("\t", 2)[2] for line in KNOWN.read_text().splitlines() if not line.startswith("#")}
-    flagged = {ua: kind for kind, ua in _rows("corpus-people.tsv.gz") if classifier.classify(ua).is_crawler}
+    flagged = {ua: kind for kind, ua in read_corpus("corpus-people.tsv.gz") if classifier.classify(ua).is_crawler}
     joined = sorted(set(flagged) - known)
     left = sorted(known - set(flagged))
     explained = "\n".join(f"  {flagged[ua]}\t{classifier.explain(ua)[1]}\t{ua}" for ua in joined)
@@ -52,7 +46,7 @@ def test_people_taken_for_crawlers_are_only_the_known_ones(classifier: Classifie
 
 def test_no_current_browser_is_taken_for_a_crawler_but_the_known_one(classifier: Classifier) -> None:
     """The one current-grammar string flagged is an Android phone whose model field holds "http/1.0 500 died"."""
-    browsers = [ua for _, ua in _rows("corpus-people.tsv.gz") if BROWSER_GRAMMAR.fullmatch(ua)]
+    browsers = [ua for _, ua in read_corpus("corpus-people.tsv.gz") if BROWSER_GRAMMAR.fullmatch(ua)]
     flagged = [ua for ua in browsers if classifier.classify(ua).is_crawler]
     assert len(browsers) > 15_000
     assert [ua for ua in flagged if "http/1.0 500 died" not in ua] == []
@@ -60,7 +54,7 @@ def test_no_current_browser_is_taken_for_a_crawler_but_the_known_one(classifier:
 
 def test_crawlers_are_recognised_on_every_set(classifier: Classifier) -> None:
     by_set: dict[str, list[bool]] = {}
-    for crawler_set, ua in _rows("corpus-crawlers.tsv.gz"):
+    for crawler_set, ua in read_corpus("corpus-crawlers.tsv.gz"):
         by_set.setdefault(crawler_set, []).append(classifier.classify(ua).is_crawler)
     recall = {name: sum(flags) / len(flags) for name, flags in by_set.items()}
     assert all(recall[name] >= least for name, least in LEAST_RECALL.items()), recall

@@ -5,7 +5,6 @@ outside the tree ever answered."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -21,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from tests.conftest import FIREFOX, ServerThread, free_port, serve_process
+from tests.conftest import FIREFOX, ServerThread, free_port, read_corpus, serve_process
 
 pytestmark = pytest.mark.e2e
 
@@ -44,16 +43,6 @@ def origin() -> Iterator[ServerThread]:
     server = ServerThread(Starlette(routes=[Route("/{path:path}", _page)]))
     yield server.start()
     server.stop()
-
-
-@pytest.fixture(scope="module")
-def nginx_binary() -> str:
-    binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("nginx is needed (apt-get install nginx); CI installs it")
-        pytest.skip("nginx is not installed (apt-get install nginx)")
-    return binary
 
 
 class Front:
@@ -333,12 +322,11 @@ def test_nginx_reads_the_generated_map_as_python_does(front: Front) -> None:
     from crawlergate.classify import Classifier
     from crawlergate.config import Settings
     from crawlergate.front.nginx import crawler_map, served_families
-    from tests.test_nginx_map import _user_agents
 
     classifier = Classifier.from_settings(Settings().classify)
     maps = crawler_map(classifier.ruleset, served_families(Settings(), classifier))
-    crawlers = [ua for kind, ua in _user_agents("corpus-crawlers.tsv.gz") if kind in ("search-engine", "ai-crawler")]
-    people = [ua for _, ua in _user_agents("corpus-people.tsv.gz")]
+    crawlers = [ua for kind, ua in read_corpus("corpus-crawlers.tsv.gz") if kind in ("search-engine", "ai-crawler")]
+    people = [ua for _, ua in read_corpus("corpus-people.tsv.gz")]
     sample = crawlers[::4] + people[::400]
     _published(front, "/topic/sample")
     wrong = []

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -78,16 +76,6 @@ def forum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
     server = ServerThread(create_forum(tmp_path_factory.mktemp("forum") / "forum.sqlite3", threads=30, work_ms=1))
     yield server.start()
     server.stop()
-
-
-@pytest.fixture
-def nginx_binary() -> str:
-    binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("nginx is needed (apt-get install nginx); CI installs it")
-        pytest.skip("nginx is not installed (apt-get install nginx)")
-    return binary
 
 
 def test_nginx_front_serves_crawlers_from_the_gate_and_keeps_admin_closed(

@@ -3,7 +3,6 @@ a user agent an announced crawler only where the classifier does, and it should 
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import pytest
@@ -12,14 +11,7 @@ from crawlergate.classify import Classifier
 from crawlergate.config import ClassifySettings, Settings
 from crawlergate.front.nginx import crawler_map, served_families
 from crawlergate.stores.published import PLAIN_PATH, published_name, target_of
-
-CORPUS = Path(__file__).parent / "data" / "user_agents"
-
-
-def _user_agents(name: str) -> list[tuple[str, str]]:
-    with gzip.open(CORPUS / name, "rt", encoding="utf-8") as handle:
-        rows = (line.rstrip("\n").split("\t", 2) for line in handle if not line.startswith("#"))
-        return [(row[0], row[2]) for row in rows if len(row) == 3]
+from tests.conftest import read_corpus
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +23,7 @@ def test_the_map_never_calls_a_person_a_crawler_where_the_classifier_does_not(cl
     crawlers = crawler_map(classifier.ruleset, served_families(Settings(), classifier))
     disagreements = [
         user_agent
-        for _, user_agent in _user_agents("corpus-people.tsv.gz") + _user_agents("corpus-crawlers.tsv.gz")
+        for _, user_agent in read_corpus("corpus-people.tsv.gz") + read_corpus("corpus-crawlers.tsv.gz")
         if crawlers.says_crawler(user_agent) and not classifier.classify(user_agent).is_crawler
     ]
     assert disagreements == []
@@ -40,7 +32,7 @@ def test_the_map_never_calls_a_person_a_crawler_where_the_classifier_does_not(cl
 def test_the_map_finds_the_announced_search_engines_and_ai_crawlers(classifier: Classifier) -> None:
     crawlers = crawler_map(classifier.ruleset, served_families(Settings(), classifier))
     for crawler_set, least in (("search-engine", 0.85), ("ai-crawler", 0.85)):
-        named = [ua for kind, ua in _user_agents("corpus-crawlers.tsv.gz") if kind == crawler_set]
+        named = [ua for kind, ua in read_corpus("corpus-crawlers.tsv.gz") if kind == crawler_set]
         named = [ua for ua in named if classifier.classify(ua).family not in ("", "unknown")]
         found = sum(crawlers.says_crawler(ua) for ua in named)
         assert found / len(named) >= least, (crawler_set, found, len(named))

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -28,11 +26,9 @@ def test_demo_end_to_end_at_a_small_scale(tmp_path: Path, capsys: pytest.Capture
     assert list((tmp_path / "l2").rglob("*.page"))
 
 
-def test_demo_with_nginx_in_front_counts_direct_hits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    if shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists():
-        if os.environ.get("CI"):
-            pytest.fail("nginx is needed (apt-get install nginx); CI installs it")
-        pytest.skip("nginx is not installed (apt-get install nginx)")
+def test_demo_with_nginx_in_front_counts_direct_hits(
+    nginx_binary: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     argv = ["demo", "--front", "nginx", "--threads", "60", "--requests", "240", "--work-ms", "2", "--concurrency", "4"]
     assert main([*argv, "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
