@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from crawlergate.errors import ConfigError
 from crawlergate.rules import default_rules_dir
+from crawlergate.stores.owner import FolderOwner, site_folder
 
 ENV_PREFIX = "CRAWLERGATE_"
 # The config file's path, when no --config is given (how `serve --workers N` hands it to its workers).
@@ -219,7 +220,8 @@ class L1Settings:
 class L2Settings:
     """The large level: gzip files on disk."""
 
-    # Empty: a folder in the user's cache directory (XDG_CACHE_HOME or ~/.cache).
+    # Empty: a folder of the site's own in the user's cache directory (XDG_CACHE_HOME or ~/.cache), named after
+    # server.public_url, else server.origin, else (middleware) the application.
     cache_dir: str = ""
     max_bytes: int = 1024 * 1024 * 1024
     page_max_bytes: int = 8 * 1024 * 1024
@@ -545,10 +547,16 @@ class Settings:
 
     @property
     def cache_dir(self) -> Path:
-        """The L2 directory, with the laptop default filled in."""
+        """The L2 directory, with the laptop default filled in: a folder of the site's own (middleware without
+        a public URL gets its application's, see ``GateRuntime``)."""
         if self.l2.cache_dir:
             return Path(self.l2.cache_dir)
-        return default_cache_root() / "crawlergate"
+        return site_folder(default_cache_root() / "crawlergate", self.folder_owner())
+
+    def folder_owner(self, app: str = "") -> FolderOwner:
+        """Whose cache folder these settings use: the site's URLs, or ``app`` for middleware without them."""
+        server = self.server
+        return FolderOwner(server.public_url, server.origin, "" if self.site_url else app)
 
 
 def default_cache_root(environ: Mapping[str, str] = os.environ) -> Path:

@@ -11,6 +11,8 @@ and closes the same parts in the same order.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,7 +22,7 @@ from crawlergate.admin.endpoints import AdminEndpoints
 from crawlergate.admin.figures import GateFigures
 from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
-from crawlergate.config import Settings
+from crawlergate.config import Settings, default_cache_root
 from crawlergate.devices import DEVICES_FILE, load_device_classes
 from crawlergate.front.directlog import DirectLog
 from crawlergate.gate.accesslog import AccessLog
@@ -45,6 +47,7 @@ from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.memory import MemoryStore
+from crawlergate.stores.owner import FolderOwner, app_identity, claim_folder, site_folder, warn_of_shared_folder
 from crawlergate.stores.published import PublishedTree, host_folder
 from crawlergate.suspect.judge import Judge
 
@@ -181,6 +184,20 @@ def build_regeneration(
     return job
 
 
+def with_own_folder(settings: Settings, owner: FolderOwner) -> Settings:
+    """``settings`` with a middleware's own cache folder and memcached namespace filled in, when they were left
+    to their defaults and the site has no URL to derive them from (``Settings.cache_dir`` does it then)."""
+    if not owner.app:
+        return settings
+    if not settings.l2.cache_dir:
+        folder = site_folder(default_cache_root() / "crawlergate", owner)
+        settings = dataclasses.replace(settings, l2=dataclasses.replace(settings.l2, cache_dir=str(folder)))
+    if settings.l1.memcached and not settings.l1.namespace:
+        namespace = hashlib.blake2b(owner.app.encode(), digest_size=5).hexdigest()
+        settings = dataclasses.replace(settings, l1=dataclasses.replace(settings.l1, namespace=namespace))
+    return settings
+
+
 def build_cache(settings: Settings, metrics: Metrics) -> TwoLevelCache:
     """L1 and L2 as the settings say: memcached when servers are given, else the embedded LRU."""
     l1: Store
@@ -210,6 +227,8 @@ class GateRuntime:
         cache, classifier: shared ready parts (tests, or several gates on one cache); built if None.
         clock: wall-clock time, injectable for tests.
         standalone: the gate is the server (``serve``): its access log is on unless ``log.access_log`` is "off".
+        app: the application a middleware wraps: without a public URL in the settings, it names the default
+            cache folder and memcached namespace, so two apps on one machine never share pages.
     """
 
     def __init__(
@@ -221,7 +240,14 @@ class GateRuntime:
         classifier: Classifier | None = None,
         clock: Callable[[], float] = time.time,
         standalone: bool = False,
+        app: object = None,
     ) -> None:
+        owner = settings.folder_owner(app_identity(app) if app is not None else "")
+        if not settings.l2.cache_dir:
+            warn_of_shared_folder(default_cache_root() / "crawlergate", DIRTY_INDEX_FILE)
+        settings = with_own_folder(settings, owner)
+        if cache is None:
+            claim_folder(settings.cache_dir, owner)
         self.settings = settings
         self.core = build_core(settings, cache=cache, classifier=classifier, clock=clock)
         self.filler = build_filler(self.core)

@@ -12,7 +12,7 @@ def test_config_defaults_work_without_any_file() -> None:
     settings = load_settings(None, environ={})
     assert settings == Settings()
     assert settings.l1.memcached == ()
-    assert settings.cache_dir.name == "crawlergate"
+    assert settings.cache_dir.parent.parent.name == "crawlergate" and settings.cache_dir.parent.name == "sites"
 
 
 def test_config_toml_then_environment_then_overrides(tmp_path: Path) -> None:

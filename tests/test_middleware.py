@@ -20,6 +20,7 @@ from crawlergate.config import CacheSettings, L1Settings, L2Settings, ServerSett
 from crawlergate.metrics import Metrics
 from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.memcached import MemcachedStore
+from crawlergate.stores.owner import MARKER_FILE
 from tests.conftest import FIREFOX, MemcachedServer
 
 pytestmark = pytest.mark.anyio
@@ -407,8 +408,12 @@ async def test_middleware_path_tricks_stay_inside_the_cache(
     l2 = tmp_path / "l2"
     for file in l2.rglob("*"):
         assert file.resolve().is_relative_to(l2.resolve())
-        # Pages, the page catalogue, and L2's shared size count: nothing named by the URL.
-        assert file.is_dir() or file.name.endswith(".page") or file.name.startswith(("dirty.sqlite3", ".size"))
+        # Pages, the page catalogue, L2's shared size count and whose folder it is: nothing named by the URL.
+        assert (
+            file.is_dir()
+            or file.name.endswith(".page")
+            or file.name.startswith(("dirty.sqlite3", ".size", MARKER_FILE))
+        )
 
 
 async def test_middleware_stats_and_healthz(make_gate: Callable[..., CrawlerGateMiddleware]) -> None:

@@ -66,7 +66,7 @@ class CrawlerGateMiddleware(GateAdapter):
         self.app = app
         fetch = self._fetch_for_regeneration
         runtime = GateRuntime(settings, fetch_for_regeneration=fetch, cache=cache, classifier=classifier,
-                              clock=clock, standalone=standalone)  # fmt: skip
+                              clock=clock, standalone=standalone, app=app)  # fmt: skip
         super().__init__(runtime)
         self.origin = origin or AsgiOrigin.for_gate(app, settings, self.core.public, self.core.devices)
         self._background: set[asyncio.Task[object]] = set()

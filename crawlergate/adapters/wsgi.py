@@ -68,7 +68,7 @@ class CrawlerGateWSGI(GateAdapter):
         # The access log is off unless log.access_log names a file (the WSGI server usually keeps its own).
         fetch = self._fetch_for_regeneration
         super().__init__(GateRuntime(settings, fetch_for_regeneration=fetch, cache=cache, classifier=classifier,
-                                     clock=clock))  # fmt: skip
+                                     clock=clock, app=app))  # fmt: skip
         self.origin = WsgiOrigin.for_gate(app, settings, self.core.public, self.core.devices)
         self._prefetcher = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="crawlergate-prefetch")
         self._pending: set[Future[object]] = set()

@@ -54,7 +54,7 @@ def add_settings_flags(parser: argparse.ArgumentParser, *, cache: bool = False) 
             help="an L1 memcached server (repeatable; l1.memcached, default none: the embedded LRU)",
         )
         parser.add_argument(
-            "--cache-dir", help="the L2 directory (l2.cache_dir, default ~/.cache/crawlergate or $XDG_CACHE_HOME)"
+            "--cache-dir", help="the L2 directory (l2.cache_dir; default: the site's own in ~/.cache/crawlergate/sites)"
         )
 
 

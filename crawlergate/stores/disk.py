@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from crawlergate.errors import ConfigError, StoreUnavailable
+from crawlergate.stores.owner import SITES_FOLDER
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,8 @@ class DiskStore:
         found: list[tuple[float, str, int]] = []
         published_bytes = 0
         published = os.path.join(self.root, PUBLISHED_FOLDER)
-        for path in walk_files(self.root):
+        # Other sites' default folders sit under the folder older versions shared: never counted (or moved) here.
+        for path in walk_files(self.root, skip=os.path.join(self.root, SITES_FOLDER)):
             folder, name = os.path.split(path)
             if folder.startswith(published) and not name.startswith(_TEMP_PREFIX):
                 with contextlib.suppress(OSError):
@@ -317,15 +319,17 @@ class DiskStore:
             self.on_evict()
 
 
-def walk_files(root: Path) -> Iterator[str]:
-    """The files under ``root``, without recursion (a tree deeper than Python's stack must not stop a walk)."""
+def walk_files(root: Path, *, skip: str = "") -> Iterator[str]:
+    """The files under ``root`` but not under the folder ``skip``, without recursion (a tree deeper than
+    Python's stack must not stop a walk)."""
     folders = [str(root)]
     while folders:
         folder = folders.pop()
         with contextlib.suppress(OSError), os.scandir(folder) as entries:
             for entry in entries:
                 if entry.is_dir(follow_symlinks=False):
-                    folders.append(entry.path)
+                    if entry.path != skip:
+                        folders.append(entry.path)
                 else:
                     yield entry.path
 
