@@ -58,6 +58,9 @@ class ServerSettings:
     public_url: str = ""
     # Old name of public_url's host: "forum.example.org" means public_url "http://forum.example.org".
     canonical_host: str = ""
+    # With [[sites]]: a request for a host no site names gets 421 ("refuse"), or goes to the first site's origin
+    # untouched ("first"); never looked up, stored or filled either way.
+    other_hosts: Literal["refuse", "first"] = "refuse"
     # The Host a person's request carries to the origin: the client's own ("client", nginx's
     # `proxy_set_header Host $host`) or the origin's address ("origin", nginx's default $proxy_host).
     forward_host: Literal["client", "origin"] = "client"
@@ -510,6 +513,37 @@ class ValveSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SiteSettings:
+    """One of several sites behind one ``serve`` (``[[sites]]``, ``--site HOST=ORIGIN``): a request is this
+    site's when its Host is one of ``hosts``; its pages have a folder, a memcached namespace and figures of
+    their own. What a site leaves empty it takes from the top-level settings."""
+
+    hosts: tuple[str, ...] = ()
+    origin: str = ""
+    public_url: str = ""
+    # Site profiles from rules/sites/ (as cache.sites); empty: cache.sites.
+    profiles: tuple[str, ...] = ()
+    # This site's share of L2; 0: l2.max_bytes divided evenly between the sites.
+    max_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hosts", tuple(host.strip().lower().rstrip(".") for host in self.hosts))
+        _require(bool(self.hosts), "sites.hosts", list(self.hosts), "Each site needs one host name or more.")
+        for host in self.hosts:
+            if not re.fullmatch(r"[a-z0-9._-]+(:\d{1,5})?|\[[0-9a-f:.]+\](:\d{1,5})?", host):
+                _fail("sites.hosts", host, "Each must be a host name (and a port if not 80/443): wiki.example.org.")
+        if not re.match(r"^https?://[^/\s]+", self.origin):
+            _fail("sites.origin", self.origin, "Each site needs its origin's URL, e.g. http://127.0.0.1:8001.")
+        ServerSettings(origin=self.origin, public_url=self.public_url)  # the same checks as the single site's
+        _require(self.max_bytes >= 0, "sites.max_bytes", self.max_bytes, "Must be 0 (an even share) or a size.")
+
+    @property
+    def name(self) -> str:
+        """The site's name in folders, figures and logs: its first host."""
+        return self.hosts[0]
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """All of crawlergate's configuration, one section per component."""
 
@@ -527,6 +561,38 @@ class Settings:
     policy: PolicySettings = field(default_factory=PolicySettings)
     verify: VerifySettings = field(default_factory=VerifySettings)
     valve: ValveSettings = field(default_factory=ValveSettings)
+    # Several sites behind one serve, each on its own host names; empty: one site, server.origin.
+    sites: tuple[SiteSettings, ...] = ()
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for site in self.sites:
+            for host in site.hosts:
+                _require(host not in seen, "sites.hosts", host, "A host name may belong to one site only.")
+                seen.add(host)
+        if self.sites and self.front.publish:
+            _fail("front.publish", True, "The published tree serves one site: turn it off with [[sites]].")
+
+    def for_site(self, site: SiteSettings) -> Settings:
+        """The settings of one site's gate: its origin and URL, and a folder, a memcached namespace, a share of
+        L2, shared counters and an access log of its own."""
+        name = _SITE_FOLDER.sub("-", site.name)
+        server = dataclasses.replace(self.server, origin=site.origin, public_url=site.public_url, canonical_host="")
+        l2 = dataclasses.replace(
+            self.l2,
+            cache_dir=str(Path(self.l2.cache_dir) / "sites" / name) if self.l2.cache_dir else "",
+            max_bytes=site.max_bytes or max(1, self.l2.max_bytes // len(self.sites or (site,))),
+        )
+        l1 = dataclasses.replace(self.l1, namespace=f"{self.l1.namespace}-{name}" if self.l1.namespace else "")
+        metrics = self.metrics
+        if metrics.shared_dir:
+            metrics = dataclasses.replace(metrics, shared_dir=str(Path(metrics.shared_dir) / name))
+        log = self.log
+        if log.access_log and log.access_log != "off":
+            path = Path(log.access_log)
+            log = dataclasses.replace(log, access_log=str(path.with_name(f"{path.stem}.{name}{path.suffix}")))
+        cache = dataclasses.replace(self.cache, sites=site.profiles) if site.profiles else self.cache
+        return dataclasses.replace(self, server=server, l1=l1, l2=l2, metrics=metrics, log=log, cache=cache, sites=())
 
     @property
     def site_url(self) -> str:
@@ -575,7 +641,7 @@ def load_settings(
     The later source wins; settings serialised by ``Settings.to_environ`` come first of all. Raises
     ConfigError with a sentence naming the key and the value.
     """
-    merged: dict[str, dict[str, Any]] = {}
+    merged: dict[str, Any] = {}
     if environ.get(SETTINGS_VARIABLE):
         _merge(merged, _read_serialised(environ[SETTINGS_VARIABLE]), source=SETTINGS_VARIABLE)
     if path is None and environ.get(CONFIG_PATH_VARIABLE):
@@ -603,6 +669,8 @@ def parse_size(text: str | int) -> int:
     power = " kmgt".index(unit.lower() or " ")
     return int(float(number) * base**power)
 
+
+_SITE_FOLDER = re.compile(r"[^a-z0-9.-]+")
 
 _SECTIONS: dict[str, type[Any]] = {
     "server": ServerSettings,
@@ -662,6 +730,9 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
 def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
     nested: dict[str, Any] = {}
     for dotted, value in flat.items():
+        if dotted == "sites":
+            nested["sites"] = value
+            continue
         section, _, key = dotted.partition(".")
         if not key:
             raise ConfigError(f"Setting '{dotted}' must be written SECTION.KEY, e.g. server.port.")
@@ -669,8 +740,11 @@ def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
     return nested
 
 
-def _merge(into: dict[str, dict[str, Any]], data: Mapping[str, Any], *, source: str) -> None:
+def _merge(into: dict[str, Any], data: Mapping[str, Any], *, source: str) -> None:
     for section, values in data.items():
+        if section == "sites":
+            into["sites"] = _site_tables(values, source)
+            continue
         if section not in _SECTIONS:
             raise ConfigError(f"Unknown section '{section}' in {source}. Known sections: {', '.join(_SECTIONS)}.")
         if not isinstance(values, Mapping):
@@ -682,13 +756,30 @@ def _merge(into: dict[str, dict[str, Any]], data: Mapping[str, Any], *, source: 
             into.setdefault(section, {})[key] = value
 
 
-def _build_settings(merged: Mapping[str, Mapping[str, Any]]) -> Settings:
-    sections = {}
+def _site_tables(values: Any, source: str) -> list[Mapping[str, Any]]:
+    """``[[sites]]``: a list of tables of known keys (a later source's list replaces an earlier one's)."""
+    if not isinstance(values, list) or not all(isinstance(table, Mapping) for table in values):
+        raise ConfigError(f"'sites' in {source} must be a list of tables: [[sites]] hosts = [...] origin = \"...\".")
+    known = {f.name for f in dataclasses.fields(SiteSettings)}
+    for table in values:
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ConfigError(f"Unknown setting 'sites.{unknown[0]}' in {source}. Known: {', '.join(sorted(known))}.")
+    return list(values)
+
+
+def _build_settings(merged: Mapping[str, Any]) -> Settings:
+    sections: dict[str, Any] = {}
     for name, cls in _SECTIONS.items():
         hints = typing.get_type_hints(cls)
         values = {key: _coerce(f"{name}.{key}", raw, hints[key]) for key, raw in merged.get(name, {}).items()}
         sections[name] = cls(**values)
-    return Settings(**sections)
+    hints = typing.get_type_hints(SiteSettings)
+    sites = tuple(
+        SiteSettings(**{key: _coerce(f"sites.{key}", raw, hints[key]) for key, raw in table.items()})
+        for table in merged.get("sites", ())
+    )
+    return Settings(**sections, sites=sites)
 
 
 def _coerce(key: str, raw: Any, target: Any) -> Any:

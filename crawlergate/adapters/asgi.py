@@ -71,6 +71,11 @@ class CrawlerGateMiddleware(GateAdapter):
         self.origin = origin or AsgiOrigin.for_gate(app, settings, self.core.public, self.core.devices)
         self._background: set[asyncio.Task[object]] = set()
 
+    def start_serving(self) -> None:
+        """Start the gate and its off-peak job (at the server's start-up; raises ConfigError when unusable)."""
+        self._scheduling = True
+        self.runtime.start_schedule(start_async_scheduler)
+
     async def aclose(self) -> None:
         """Finish background work, then stop and close everything the gate opened."""
         await self.runtime.aclose(drain=self.drain)
@@ -186,8 +191,7 @@ class CrawlerGateMiddleware(GateAdapter):
         async def wrapped() -> Message:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                self._scheduling = True
-                self.runtime.start_schedule(start_async_scheduler)
+                self.start_serving()
             elif message["type"] == "lifespan.shutdown":
                 await self.aclose()
             return message

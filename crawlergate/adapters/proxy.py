@@ -33,6 +33,7 @@ from starlette.types import Message, Receive, Scope, Send
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.adapters.httpserver import HeadLimits
 from crawlergate.adapters.origintransport import OriginAddress, OriginAnswer, OriginTransport
+from crawlergate.adapters.sites import SiteGates
 from crawlergate.adapters.websocket import MAX_MESSAGE_BYTES, WebSocketRelay
 from crawlergate.config import Settings, load_settings
 from crawlergate.errors import ConfigError, OriginError, OriginTimeout
@@ -312,6 +313,8 @@ class ReverseProxy:
 
 def create_app(settings: Settings) -> CrawlerGateMiddleware:
     """The standalone proxy: the gate around a ReverseProxy to ``settings.server.origin``."""
+    if settings.sites:
+        raise ConfigError("Several sites ([[sites]], --site HOST=ORIGIN) are served by create_server_app.")
     if not settings.server.origin:
         raise ConfigError("Setting 'server.origin' is empty. The proxy needs the site's URL, e.g. --origin URL.")
     proxy = ReverseProxy(
@@ -333,15 +336,22 @@ def create_app(settings: Settings) -> CrawlerGateMiddleware:
     return gate
 
 
-def app_from_environment() -> CrawlerGateMiddleware:
+def create_server_app(settings: Settings) -> CrawlerGateMiddleware | SiteGates:
+    """What ``serve`` runs: the proxy's gate, or with ``[[sites]]`` a gate per site chosen by Host."""
+    return SiteGates.from_settings(settings, create_app) if settings.sites else create_app(settings)
+
+
+def app_from_environment() -> CrawlerGateMiddleware | SiteGates:
     """Factory for ``uvicorn --factory`` workers: settings from CRAWLERGATE_CONFIG and CRAWLERGATE_* variables."""
     settings = load_settings(None, os.environ)
     HeadLimits.apply(settings.server)  # each worker process sets its own connections' limits
     _log_to_stderr()
-    app = create_app(settings)
-    access_log = app.access_log
-    if access_log is not None:
-        # logrotate's `postrotate` sends SIGHUP: the log is opened again (a move is also noticed within a second).
+    app = create_server_app(settings)
+    # logrotate's `postrotate` sends SIGHUP: the logs are opened again (a move is also noticed within a second).
+    if isinstance(app, SiteGates):
+        signal.signal(signal.SIGHUP, lambda number, frame: app.reopen_logs())
+    elif app.access_log is not None:
+        access_log = app.access_log
         signal.signal(signal.SIGHUP, lambda number, frame: access_log.reopen())
     return app
 

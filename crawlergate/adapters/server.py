@@ -31,6 +31,7 @@ from crawlergate.errors import ConfigError
 from crawlergate.gate.accesslog import open_log
 from crawlergate.metrics import Metrics, clear_shared
 from crawlergate.regenerate.window import check_window
+from crawlergate.stores.owner import claim_folder
 from crawlergate.suspect.judge import Judge
 from crawlergate.wiring import access_log_path, build_cache
 
@@ -43,24 +44,33 @@ BACKLOG = 2048
 def run_proxy(settings: Settings) -> int:
     """Check the settings, print where the proxy listens, and serve until a signal stops it."""
     server = settings.server
-    if not server.origin:
+    if not server.origin and not settings.sites:
         raise ConfigError(
             "No origin: give --origin URL (or the setting server.origin), e.g. --origin http://127.0.0.1:8000."
+        )
+    if server.origin and settings.sites:
+        raise ConfigError(
+            "Give one site's --origin or several sites (--site HOST=ORIGIN, [[sites]]), not both: with several "
+            "sites, server.other_hosts says what a request for another host gets."
         )
     check_window(settings.regenerate)  # a bad cron expression: one line now, not a traceback in each worker
     # Broken evidence, policy or ranges files, likewise (the workers would restart on them forever).
     Judge.from_settings(settings, Metrics(), (family.name for family in Classifier.from_settings(settings.classify)
                                               .ruleset.families))  # fmt: skip
-    cache = build_cache(settings, Metrics())
-    cache.start()  # creates and indexes L2, or fails loudly
-    pages, size = len(cache.l2), cache.l2.used_bytes
-    cache.close()
+    sites = [settings.for_site(site) for site in settings.sites] or [settings]
+    stored = []
+    for site in sites:
+        claim_folder(site.cache_dir, site.folder_owner())  # another site's folder: one line, before anything
+        cache = build_cache(site, Metrics())
+        cache.start()  # creates and indexes L2, or fails loudly
+        stored.append(f"L2 {site.cache_dir} ({len(cache.l2):,} pages, {cache.l2.used_bytes / 1e6:.1f} MB)")
+        cache.close()
     _check_port(server.host, server.port)
-    log_path = access_log_path(settings, standalone=True)
-    if log_path is not None:
-        os.close(open_log(log_path))  # an unwritable log stops serve here, in one line, before it listens
+    logs = [path for site in sites if (path := access_log_path(site, standalone=True)) is not None]
+    for path in logs:
+        os.close(open_log(path))  # an unwritable log stops serve here, in one line, before it listens
     with _shared_metrics(settings) as settings:
-        return _serve(settings, pages, size, log_path)
+        return _serve(settings, stored, logs)
 
 
 @contextlib.contextmanager
@@ -68,7 +78,8 @@ def _shared_metrics(settings: Settings) -> Iterator[Settings]:
     """The settings with a folder where every worker keeps its counters, emptied for this run (a fresh
     temporary one unless metrics.shared_dir names one), so stats and metrics sum the workers of this run."""
     if settings.metrics.shared_dir:
-        clear_shared(Path(settings.metrics.shared_dir))
+        for site in [settings.for_site(site) for site in settings.sites] or [settings]:
+            clear_shared(Path(site.metrics.shared_dir))
         yield settings
         return
     folder = tempfile.mkdtemp(prefix="crawlergate-metrics-")
@@ -78,7 +89,7 @@ def _shared_metrics(settings: Settings) -> Iterator[Settings]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _serve(settings: Settings, pages: int, size: int, log_path: Path | None) -> int:
+def _serve(settings: Settings, stored: list[str], logs: list[Path]) -> int:
     server = settings.server
     # Workers build their app from the environment: these settings, whole, as one serialised value.
     os.environ.update(settings.to_environ())
@@ -88,15 +99,20 @@ def _serve(settings: Settings, pages: int, size: int, log_path: Path | None) -> 
         if settings.l1.memcached
         else f"embedded LRU of {settings.l1.max_bytes / 2**20:.0f} MiB per worker"
     )
+    if settings.sites:
+        for site, where in zip(settings.sites, stored, strict=True):
+            print(f"crawlergate serve: {', '.join(site.hosts)} -> {site.origin}; {where}", file=sys.stderr)
+        target = f"{len(settings.sites)} sites (other hosts: {server.other_hosts})"
+    else:
+        target = f"{server.origin}; {stored[0]}"
     print(
-        f"crawlergate serve: listening on http://{server.host}:{server.port} for {server.origin}; "
-        f"L1 {l1}; L2 {settings.cache_dir} ({pages:,} pages, {size / 1e6:.1f} MB); "
+        f"crawlergate serve: listening on http://{server.host}:{server.port} for {target}; L1 {l1}; "
         f"{server.workers} worker{'s' if server.workers > 1 else ''}; "
-        f"access log {log_path or 'off'}",
+        f"access log {', '.join(map(str, logs)) or 'off'}",
         file=sys.stderr,
         flush=True,
     )
-    if not server.public_url:
+    if not server.public_url and not settings.sites:
         print(
             f"crawlergate serve: warning: server.public_url is not set, so guest fills ask {server.origin} for "
             "pages with its own address as Host, and the site may build links and redirects to it. Give "

@@ -70,9 +70,10 @@ def add_site_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--site",
         action="append",
-        metavar="PROFILE",
+        metavar="PROFILE|HOST=ORIGIN",
         help="a site profile from rules/sites/ (trac, django, mediawiki, wordpress, dokuwiki, phpbb, discourse, "
-        "demo-forum; repeatable; cache.sites, default none)",
+        "demo-forum; repeatable; cache.sites, default none); or, for serve, one of several sites: its host names "
+        "(comma-separated) and origin, e.g. wiki.example.org=http://127.0.0.1:8002 ([[sites]])",
     )
 
 
@@ -82,10 +83,13 @@ def settings_of(args: argparse.Namespace, overrides: dict[str, Any] | None = Non
 
 def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Settings given as command-line flags, as dotted keys (they win over file and environment)."""
+    named = getattr(args, "site", None) or ()
+    profiles, pairs = [text for text in named if "=" not in text], [text for text in named if "=" in text]
     flags = {
         "server.origin": getattr(args, "origin", None),
         "server.public_url": getattr(args, "public_url", None),
-        "cache.sites": tuple(args.site) if getattr(args, "site", None) else None,
+        "cache.sites": tuple(profiles) if profiles else None,
+        "sites": [_site_flag(text) for text in pairs] if pairs else None,
         "cache.storage_mode": "rfc9111" if getattr(args, "strict", False) else None,
         "server.host": getattr(args, "host", None),
         "server.port": getattr(args, "port", None),
@@ -94,6 +98,12 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "l2.cache_dir": getattr(args, "cache_dir", None),
     }
     return {key: value for key, value in flags.items() if value is not None}
+
+
+def _site_flag(text: str) -> dict[str, Any]:
+    """``--site HOSTS=ORIGIN``: one of several sites, as a ``[[sites]]`` table."""
+    hosts, _, origin = text.partition("=")
+    return {"hosts": [host for host in hosts.split(",") if host.strip()], "origin": origin}
 
 
 def text_out(args: argparse.Namespace) -> TextIO:

@@ -1,0 +1,210 @@
+"""Several sites behind one serve: the Host picks the site's gate, and no site ever gets another's page."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
+
+from crawlergate.adapters.httpserver import LimitedHttpToolsProtocol
+from crawlergate.adapters.proxy import create_server_app
+from crawlergate.config import L2Settings, ServerSettings, Settings, SiteSettings, load_settings
+from crawlergate.demo.run import free_port
+from crawlergate.errors import ConfigError
+from tests.conftest import FIREFOX, ServerThread
+
+GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
+
+
+def _site(name: str) -> ServerThread:
+    """An origin whose every page names the site: the same paths as the other site, other bodies."""
+
+    async def page(request: Request) -> HTMLResponse:
+        return HTMLResponse(f"<html><body>{name} {request.url.path}</body></html>")
+
+    return ServerThread(Starlette(routes=[Route("/{path:path}", page)])).start()
+
+
+@pytest.fixture
+def origins() -> Iterator[tuple[ServerThread, ServerThread]]:
+    forum, wiki = _site("forum"), _site("wiki")
+    yield forum, wiki
+    forum.stop()
+    wiki.stop()
+
+
+def _gate(tmp_path: Path, forum: str, wiki: str, **server: object) -> ServerThread:
+    settings = Settings(
+        server=ServerSettings(**server),  # type: ignore[arg-type]
+        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
+        sites=(
+            SiteSettings(hosts=("forum.example",), origin=forum),
+            SiteSettings(hosts=("wiki.example", "www.wiki.example"), origin=wiki),
+        ),
+    )
+    return ServerThread(create_server_app(settings), http=LimitedHttpToolsProtocol).start()
+
+
+def _crawl(gate: ServerThread, host: str, path: str = "/t/1") -> tuple[str, str]:
+    answer = httpx.get(gate.url + path, headers={**GOOGLEBOT, "host": host})
+    return answer.headers["x-crawlergate"].split(";")[0], answer.text
+
+
+def test_two_sites_with_the_same_paths_get_their_own_pages(
+    tmp_path: Path, origins: tuple[ServerThread, ServerThread]
+) -> None:
+    forum, wiki = origins
+    gate = _gate(tmp_path, forum.url, wiki.url)
+    try:
+        assert _crawl(gate, "forum.example") == ("miss", "<html><body>forum /t/1</body></html>")
+        assert _crawl(gate, "wiki.example") == ("miss", "<html><body>wiki /t/1</body></html>")
+        assert _crawl(gate, "forum.example") == ("l1-hit", "<html><body>forum /t/1</body></html>")
+        # An alias, with the port a client adds, is the same site.
+        assert _crawl(gate, f"www.wiki.example:{gate.port}") == ("l1-hit", "<html><body>wiki /t/1</body></html>")
+        # People reach their own site too.
+        person = httpx.get(gate.url + "/t/9", headers={**FIREFOX, "host": "wiki.example"})
+        assert person.headers["x-crawlergate"] == "pass" and person.text == "<html><body>wiki /t/9</body></html>"
+        stats = httpx.get(gate.url + "/_crawlergate/stats").json()
+        sites = stats["sites"]
+        assert (sites["forum.example"]["l2"]["pages"], sites["wiki.example"]["l2"]["pages"]) == (1, 1)
+        for field in ("requests", "misses", "l1_hits"):
+            assert stats["crawler"][field] == sum(site["crawler"][field] for site in sites.values())
+        assert stats["crawler"]["requests"] == 4 and stats["human"]["requests"] == 1
+        metrics = httpx.get(gate.url + "/_crawlergate/metrics").text
+        assert 'crawlergate_requests_total{site="wiki.example",class="crawler",outcome="l1-hit"} 1' in metrics
+        assert (tmp_path / "l2" / "sites" / "forum.example").is_dir()
+    finally:
+        gate.stop()
+
+
+def test_another_host_is_never_stored_nor_filled(tmp_path: Path, origins: tuple[ServerThread, ServerThread]) -> None:
+    forum, wiki = origins
+    gate = _gate(tmp_path, forum.url, wiki.url)
+    try:
+        _crawl(gate, "forum.example")
+        answer = httpx.get(gate.url + "/t/1", headers={**GOOGLEBOT, "host": "other.example"})
+        assert answer.status_code == 421 and "forum" not in answer.text
+        assert httpx.get(gate.url + "/t/1", headers={**GOOGLEBOT, "host": "127.0.0.1"}).status_code == 421
+        assert httpx.get(gate.url + "/_crawlergate/healthz", headers={"host": "10.0.0.1"}).status_code == 200
+        stats = httpx.get(gate.url + "/_crawlergate/stats").json()
+        assert stats["crawler"]["requests"] == 1
+        assert [site["l2"]["pages"] for site in stats["sites"].values()] == [1, 0]
+    finally:
+        gate.stop()
+    passing = _gate(tmp_path / "first", forum.url, wiki.url, other_hosts="first")
+    try:
+        first = [httpx.get(passing.url + "/t/2", headers={**GOOGLEBOT, "host": "other.example"}) for _ in range(2)]
+        assert [answer.text for answer in first] == ["<html><body>forum /t/2</body></html>"] * 2
+        assert "x-crawlergate" not in first[1].headers  # the site's own answer, not the gate's
+        stats = httpx.get(passing.url + "/_crawlergate/stats").json()
+        assert stats["crawler"]["requests"] == 0 and stats["sites"]["forum.example"]["l2"]["pages"] == 0
+    finally:
+        passing.stop()
+
+
+def test_purge_on_one_site_leaves_the_others_page(tmp_path: Path, origins: tuple[ServerThread, ServerThread]) -> None:
+    forum, wiki = origins
+    gate = _gate(tmp_path, forum.url, wiki.url)
+    try:
+        _crawl(gate, "forum.example")
+        _crawl(gate, "wiki.example")
+        assert httpx.request("PURGE", gate.url + "/t/1", headers={"host": "forum.example"}).status_code == 200
+        sites = httpx.get(gate.url + "/_crawlergate/stats").json()["sites"]
+        assert (sites["forum.example"]["dirty"], sites["wiki.example"]["dirty"]) == (1, 0)
+        assert _crawl(gate, "wiki.example") == ("l1-hit", "<html><body>wiki /t/1</body></html>")
+    finally:
+        gate.stop()
+
+
+def test_sites_are_read_from_the_settings_file(tmp_path: Path) -> None:
+    config = tmp_path / "crawlergate.toml"
+    config.write_text(
+        '[l2]\ncache_dir = "/srv/cache"\nmax_bytes = "1GB"\n'
+        '[[sites]]\nhosts = ["forum.example", "www.forum.example"]\norigin = "http://127.0.0.1:8001"\n'
+        'public_url = "https://forum.example"\nprofiles = ["phpbb"]\n'
+        '[[sites]]\nhosts = ["WIKI.example."]\norigin = "http://127.0.0.1:8002"\nmax_bytes = "100MB"\n'
+    )
+    settings = load_settings(config, environ={})
+    forum, wiki = settings.sites
+    assert wiki.hosts == ("wiki.example",)
+    one = settings.for_site(forum)
+    assert (one.server.origin, one.server.public_url, one.cache.sites) == (forum.origin, forum.public_url, ("phpbb",))
+    assert one.cache_dir == Path("/srv/cache/sites/forum.example") and one.l2.max_bytes == 500_000_000
+    assert settings.for_site(wiki).l2.max_bytes == 100_000_000 and settings.for_site(wiki).l1_namespace
+    assert settings.for_site(wiki).l1_namespace != one.l1_namespace
+    # The workers of serve read the settings back whole.
+    assert load_settings(None, settings.to_environ()) == settings
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        ('[[sites]]\nhosts = ["a.example"]\n', "sites.origin"),
+        ('[[sites]]\nhosts = []\norigin = "http://127.0.0.1:1"\n', "sites.hosts"),
+        ('[[sites]]\nhosts = ["a b"]\norigin = "http://127.0.0.1:1"\n', "sites.hosts"),
+        ('[[sites]]\nhosts = ["a.example"]\norigin = "http://127.0.0.1:1"\nrules = 1\n', "sites.rules"),
+        (
+            '[[sites]]\nhosts = ["a.example"]\norigin = "http://127.0.0.1:1"\n'
+            '[[sites]]\nhosts = ["A.example"]\norigin = "http://127.0.0.1:2"\n',
+            "one site only",
+        ),
+        ('[front]\npublish = true\n[[sites]]\nhosts = ["a.example"]\norigin = "http://127.0.0.1:1"\n', "publish"),
+        ('sites = "a.example"\n', "list of tables"),
+    ],
+)
+def test_bad_sites_are_named_in_one_sentence(tmp_path: Path, text: str, complaint: str) -> None:
+    config = tmp_path / "crawlergate.toml"
+    config.write_text(text)
+    with pytest.raises(ConfigError, match=complaint) as refused:
+        load_settings(config, environ={})
+    assert "\n" not in str(refused.value)
+
+
+def test_serve_with_two_site_flags(tmp_path: Path, origins: tuple[ServerThread, ServerThread]) -> None:
+    forum, wiki = origins
+    port = free_port()
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
+    argv = ["serve", "--port", str(port), "--workers", "2", "--cache-dir", str(tmp_path / "l2")]
+    argv += ["--site", f"forum.example={forum.url}", "--site", f"wiki.example,www.wiki.example={wiki.url}"]
+    process = subprocess.Popen([sys.executable, "-m", "crawlergate", *argv], env=environment, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(url + "/_crawlergate/healthz")
+                break
+            except httpx.TransportError:
+                assert process.poll() is None and time.monotonic() < deadline, "serve did not start"
+                time.sleep(0.1)
+        for host, name in (("forum.example", "forum"), ("www.wiki.example", "wiki"), ("forum.example", "forum")):
+            answer = httpx.get(url + "/t/3", headers={**GOOGLEBOT, "host": host})
+            assert answer.text == f"<html><body>{name} /t/3</body></html>"
+    finally:
+        process.terminate()
+        _, errors = process.communicate(timeout=30)
+    assert b"forum.example -> " + forum.url.encode() in errors and b"for 2 sites" in errors
+
+
+def test_serve_refuses_an_origin_beside_sites(tmp_path: Path) -> None:
+    argv = ["serve", "--origin", "http://127.0.0.1:1", "--site", "a.example=http://127.0.0.1:2"]
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
+    finished = subprocess.run(
+        [sys.executable, "-m", "crawlergate", *argv, "--cache-dir", str(tmp_path / "l2")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment,
+    )
+    assert finished.returncode != 0 and "Traceback" not in finished.stderr
+    assert "not both" in finished.stderr
