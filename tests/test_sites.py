@@ -208,3 +208,19 @@ def test_serve_refuses_an_origin_beside_sites(tmp_path: Path) -> None:
     )
     assert finished.returncode != 0 and "Traceback" not in finished.stderr
     assert "not both" in finished.stderr
+
+
+def test_a_command_acts_on_the_site_its_origin_names(tmp_path: Path) -> None:
+    """warm, regenerate and check build one site's gate: the one whose origin is given, in that site's folder."""
+    from crawlergate.adapters.proxy import create_app
+
+    sites = (
+        SiteSettings(hosts=("forum.example",), origin="http://127.0.0.1:8001"),
+        SiteSettings(hosts=("wiki.example",), origin="http://127.0.0.1:8002"),
+    )
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), sites=sites)
+    with pytest.raises(ConfigError, match="http://127.0.0.1:8001, http://127.0.0.1:8002"):
+        create_app(settings)
+    wiki = create_app(Settings(server=ServerSettings(origin="http://127.0.0.1:8002/"), l2=settings.l2, sites=sites))
+    assert wiki.settings.cache_dir == tmp_path / "l2" / "sites" / "wiki.example"
+    assert wiki.settings.server.origin == "http://127.0.0.1:8002"
