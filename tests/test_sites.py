@@ -83,6 +83,14 @@ def test_two_sites_with_the_same_paths_get_their_own_pages(
         metrics = httpx.get(gate.url + "/_crawlergate/metrics").text
         assert 'crawlergate_requests_total{site="wiki.example",class="crawler",outcome="l1-hit"} 1' in metrics
         assert (tmp_path / "l2" / "sites" / "forum.example").is_dir()
+        shown = subprocess.run(
+            [sys.executable, "-m", "crawlergate", "stats", "--url", gate.url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert shown.startswith("all 2 sites\n") and "\nforum.example\n" in shown and "\nwiki.example\n" in shown
     finally:
         gate.stop()
 

@@ -194,7 +194,8 @@ def _run_stats(args: argparse.Namespace) -> int:
         print()
 
 
-def _format_stats(data: dict[str, Any]) -> str:
+def _class_rows(data: dict[str, Any]) -> list[str]:
+    """Requests, hits and TTFB per class, under a header."""
     lines = [f"{'':<8}{'requests':>10}{'L1 hits':>10}{'L2 hits':>10}{'misses':>9}{'stale':>7}{'passes':>9}"
              f"{'hit ratio':>11}{'TTFB p50':>10}{'p99':>9}{'mean ms':>9}"]  # fmt: skip
     for kind in ("crawler", "suspect", "human"):
@@ -206,6 +207,16 @@ def _format_stats(data: dict[str, Any]) -> str:
             f"{row.get('hit_ratio', 0):>11.1%}{ttfb.get('p50', 0):>10.2f}{ttfb.get('p99', 0):>9.2f}"
             f"{ttfb.get('mean', 0):>9.2f}"
         )
+    return lines
+
+
+def _format_stats(data: dict[str, Any]) -> str:
+    sites = data.get("sites")
+    if isinstance(sites, dict):  # several sites behind one serve: their totals, then each site
+        parts = [f"all {len(sites)} sites\n" + "\n".join(_class_rows(data))]
+        parts += [f"{name}\n" + _format_stats(site) for name, site in sites.items()]
+        return "\n\n".join(parts)
+    lines = _class_rows(data)
     origin, share = data.get("origin", {}), data.get("crawler_share", {})
     origin_s = origin.get("seconds", {})
     prefetches, evictions = data.get("prefetches", {}), data.get("evictions", {})
