@@ -525,6 +525,13 @@ class SiteSettings:
     profiles: tuple[str, ...] = ()
     # This site's share of L2; 0: l2.max_bytes divided evenly between the sites.
     max_bytes: int = 0
+    # Sections of its own ([sites.regenerate] max_pages = 200): each the top-level section with the site's
+    # keys over it; None: the top-level section.
+    cache: CacheSettings | None = None
+    regenerate: RegenerateSettings | None = None
+    policy: PolicySettings | None = None
+    evidence: EvidenceSettings | None = None
+    valve: ValveSettings | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hosts", tuple(host.strip().lower().rstrip(".") for host in self.hosts))
@@ -591,8 +598,23 @@ class Settings:
         if log.access_log and log.access_log != "off":
             path = Path(log.access_log)
             log = dataclasses.replace(log, access_log=str(path.with_name(f"{path.stem}.{name}{path.suffix}")))
-        cache = dataclasses.replace(self.cache, sites=site.profiles) if site.profiles else self.cache
-        return dataclasses.replace(self, server=server, l1=l1, l2=l2, metrics=metrics, log=log, cache=cache, sites=())
+        cache = site.cache or self.cache
+        if site.profiles:
+            cache = dataclasses.replace(cache, sites=site.profiles)
+        return dataclasses.replace(
+            self,
+            server=server,
+            l1=l1,
+            l2=l2,
+            metrics=metrics,
+            log=log,
+            cache=cache,
+            regenerate=site.regenerate or self.regenerate,
+            policy=site.policy or self.policy,
+            evidence=site.evidence or self.evidence,
+            valve=site.valve or self.valve,
+            sites=(),
+        )
 
     @property
     def site_url(self) -> str:
@@ -671,6 +693,14 @@ def parse_size(text: str | int) -> int:
 
 
 _SITE_FOLDER = re.compile(r"[^a-z0-9.-]+")
+# The sections a site may have of its own.
+_SITE_SECTIONS: dict[str, type[Any]] = {
+    "cache": CacheSettings,
+    "regenerate": RegenerateSettings,
+    "policy": PolicySettings,
+    "evidence": EvidenceSettings,
+    "valve": ValveSettings,
+}
 
 _SECTIONS: dict[str, type[Any]] = {
     "server": ServerSettings,
@@ -774,12 +804,32 @@ def _build_settings(merged: Mapping[str, Any]) -> Settings:
         hints = typing.get_type_hints(cls)
         values = {key: _coerce(f"{name}.{key}", raw, hints[key]) for key, raw in merged.get(name, {}).items()}
         sections[name] = cls(**values)
-    hints = typing.get_type_hints(SiteSettings)
-    sites = tuple(
-        SiteSettings(**{key: _coerce(f"sites.{key}", raw, hints[key]) for key, raw in table.items()})
-        for table in merged.get("sites", ())
-    )
+    sites = tuple(_site(table, merged) for table in merged.get("sites", ()))
     return Settings(**sections, sites=sites)
+
+
+def _site(table: Mapping[str, Any], merged: Mapping[str, Any]) -> SiteSettings:
+    """One ``[[sites]]`` table; its sections are the top-level ones with the site's keys over them."""
+    hints = typing.get_type_hints(SiteSettings)
+    values: dict[str, Any] = {}
+    for key, raw in table.items():
+        if key not in _SITE_SECTIONS:
+            values[key] = _coerce(f"sites.{key}", raw, hints[key])
+            continue
+        if raw is None:
+            continue
+        cls = _SITE_SECTIONS[key]
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"'sites.{key}' must be a table of {key} settings, e.g. [sites.{key}].")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigError(f"Unknown setting 'sites.{key}.{unknown[0]}'. Known: {', '.join(sorted(known))}.")
+        section_hints = typing.get_type_hints(cls)
+        combined = {**merged.get(key, {}), **raw}
+        values[key] = cls(**{name: _coerce(f"sites.{key}.{name}", value, section_hints[name])
+                             for name, value in combined.items()})  # fmt: skip
+    return SiteSettings(**values)
 
 
 def _coerce(key: str, raw: Any, target: Any) -> Any:

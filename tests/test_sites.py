@@ -154,6 +154,26 @@ def test_sites_are_read_from_the_settings_file(tmp_path: Path) -> None:
     assert load_settings(None, settings.to_environ()) == settings
 
 
+def test_a_site_has_sections_of_its_own_over_the_top_level_ones(tmp_path: Path) -> None:
+    config = tmp_path / "crawlergate.toml"
+    config.write_text(
+        '[regenerate]\nwindow = "03:30"\nmax_pages = 1000\n'
+        '[[sites]]\nhosts = ["forum.example"]\norigin = "http://127.0.0.1:8001"\n'
+        "[sites.regenerate]\nmax_pages = 200\n[sites.valve]\nmax_in_flight = 8\n"
+        '[[sites]]\nhosts = ["wiki.example"]\norigin = "http://127.0.0.1:8002"\n'
+    )
+    settings = load_settings(config, environ={})
+    forum, wiki = (settings.for_site(site) for site in settings.sites)
+    assert (forum.regenerate.max_pages, forum.regenerate.window, forum.valve.max_in_flight) == (200, "03:30", 8)
+    assert (wiki.regenerate.max_pages, wiki.valve.max_in_flight) == (1000, settings.valve.max_in_flight)
+    assert load_settings(None, settings.to_environ()) == settings
+    config.write_text(
+        '[[sites]]\nhosts = ["a.example"]\norigin = "http://127.0.0.1:1"\n[sites.regenerate]\npages = 1\n'
+    )
+    with pytest.raises(ConfigError, match="sites.regenerate.pages"):
+        load_settings(config, environ={})
+
+
 @pytest.mark.parametrize(
     ("text", "complaint"),
     [
