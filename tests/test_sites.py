@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from starlette.routing import Route
 
 from crawlergate.adapters.httpserver import LimitedHttpToolsProtocol
 from crawlergate.adapters.proxy import create_server_app
-from crawlergate.config import L2Settings, ServerSettings, Settings, SiteSettings, load_settings
+from crawlergate.config import AdminSettings, L2Settings, ServerSettings, Settings, SiteSettings, load_settings
 from crawlergate.demo.run import free_port
 from crawlergate.errors import ConfigError
 from tests.conftest import FIREFOX, ServerThread
@@ -46,6 +47,7 @@ def origins() -> Iterator[tuple[ServerThread, ServerThread]]:
 def _gate(tmp_path: Path, forum: str, wiki: str, **server: object) -> ServerThread:
     settings = Settings(
         server=ServerSettings(**server),  # type: ignore[arg-type]
+        admin=AdminSettings(token="secret"),
         l2=L2Settings(cache_dir=str(tmp_path / "l2")),
         sites=(
             SiteSettings(hosts=("forum.example",), origin=forum),
@@ -252,3 +254,33 @@ def test_a_command_acts_on_the_site_its_origin_names(tmp_path: Path) -> None:
     wiki = create_app(Settings(server=ServerSettings(origin="http://127.0.0.1:8002/"), l2=settings.l2, sites=sites))
     assert wiki.settings.cache_dir == tmp_path / "l2" / "sites" / "wiki.example"
     assert wiki.settings.server.origin == "http://127.0.0.1:8002"
+
+
+def test_invalidate_and_stats_on_the_command_line_take_a_site(
+    tmp_path: Path, origins: tuple[ServerThread, ServerThread]
+) -> None:
+    forum, wiki = origins
+    gate = _gate(tmp_path, forum.url, wiki.url)
+
+    def command(*argv: str) -> subprocess.CompletedProcess[str]:
+        environment = {**os.environ, "CRAWLERGATE_ADMIN_TOKEN": "secret"}
+        return subprocess.run(
+            [sys.executable, "-m", "crawlergate", *argv], capture_output=True, text=True, timeout=60, env=environment
+        )
+
+    try:
+        for path in ("/t/1", "/t/2"):
+            _crawl(gate, "forum.example", path)
+            _crawl(gate, "wiki.example", path)
+        assert (
+            command("invalidate", "--url", gate.url, "http://forum.example/t/1").stdout == "marked 1 page(s) changed\n"
+        )
+        assert command("invalidate", "--url", gate.url, "--host", "wiki.example", "--pattern", "/t/*").returncode == 0
+        sites = httpx.get(gate.url + "/_crawlergate/stats").json()["sites"]
+        assert (sites["forum.example"]["dirty"], sites["wiki.example"]["dirty"]) == (1, 2)
+        refused = command("invalidate", "--url", gate.url, "--pattern", "/t/*")
+        assert refused.returncode != 0 and "send its Host" in refused.stderr and "Traceback" not in refused.stderr
+        one = command("stats", "--url", gate.url, "--host", "wiki.example", "--json")
+        assert json.loads(one.stdout)["crawler"]["requests"] == 2
+    finally:
+        gate.stop()

@@ -23,11 +23,12 @@ from starlette.types import Receive, Scope, Send
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.admin.endpoints import AdminEndpoints
 from crawlergate.config import Settings
-from crawlergate.gate.answer import Response, plain_response, send_response
+from crawlergate.gate.answer import Response, json_response, plain_response, send_response
 from crawlergate.gate.request import Request
 
 CLASSES = ("crawler", "human", "suspect")
 _MISDIRECTED = b"This server answers for other host names (421 Misdirected Request).\n"
+_WHICH_SITE = "pages are marked on one site: send its Host (crawlergate invalidate --host HOST, or full URLs)"
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (.*)$")
 
 
@@ -76,6 +77,9 @@ class SiteGates:
         if gate is not None:
             await gate(scope, receive, send)
         elif scope["type"] == "http" and (scope["path"] + "/").startswith(self._prefix + "/"):
+            if scope["path"].rstrip("/").endswith("/invalidate"):
+                await send_response(send, json_response(421, {"error": _WHICH_SITE}))
+                return
             await self.admin(scope, receive, send)
         elif self._pass_others:
             await self._first.app(scope, receive, send)  # the site itself: nothing looked up, stored or filled

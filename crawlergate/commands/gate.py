@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from crawlergate.commands.common import (
     EXIT_FAILURE,
@@ -73,6 +74,9 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="refresh every SECONDS until Ctrl-C (default: show once)",
     )
     stats.add_argument("--json", action="store_true", help="print the raw JSON")
+    stats.add_argument(
+        "--host", help="one of several sites behind the gate (its Host; default: every site's figures and totals)"
+    )
     stats.add_argument("--prefix", default="/_crawlergate", help="the admin prefix (admin.prefix)")
     stats.set_defaults(handler=_run_stats)
 
@@ -151,6 +155,10 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     invalidate.add_argument("--url", dest="gate", required=True, help="the gate's base URL, e.g. http://127.0.0.1:8080")
     invalidate.add_argument("--token", default=os.environ.get("CRAWLERGATE_ADMIN_TOKEN", ""), help=TOKEN_HELP)
     invalidate.add_argument("--prefix", default="/_crawlergate", help="the admin prefix (admin.prefix)")
+    invalidate.add_argument(
+        "--host",
+        help="one of several sites behind the gate (its Host; default: the host of full URLs, else the gate's)",
+    )
     invalidate.set_defaults(handler=_run_invalidate)
 
 
@@ -179,6 +187,8 @@ def _run_stats(args: argparse.Namespace) -> int:
 
     url = args.url.rstrip("/") + args.prefix + "/stats"
     headers = {"authorization": f"Bearer {args.token}"} if args.token else {}
+    if args.host:
+        headers["host"] = args.host
     while True:
         try:
             response = httpx.get(url, headers=headers, timeout=5)
@@ -405,16 +415,23 @@ def _run_invalidate(args: argparse.Namespace) -> int:
     if not args.token:
         raise CrawlerGateError("invalidate needs the gate's admin token: set CRAWLERGATE_ADMIN_TOKEN or give --token.")
     url = args.gate.rstrip("/") + args.prefix + "/invalidate"
-    try:
-        response = httpx.post(
-            url,
-            json={"urls": args.urls, "patterns": args.pattern},
-            headers={"authorization": f"Bearer {args.token}"},
-            timeout=30,
-        )
-    except httpx.HTTPError as exc:
-        raise CrawlerGateError(f"Cannot reach {url}: {exc}.") from None
-    if response.status_code != 200:
-        raise CrawlerGateError(f"{url} answered {response.status_code}: {response.text.strip()[:200]}")
-    print(f"marked {response.json()['marked']:,} page(s) changed")
+    # With several sites behind the gate, each site marks its own pages: full URLs go to the site they name.
+    by_host: dict[str | None, list[str]] = {}
+    for page in args.urls:
+        by_host.setdefault(args.host or urlsplit(page).netloc or None, []).append(page)
+    if args.pattern or not by_host:
+        by_host.setdefault(args.host, [])
+    marked = 0
+    for host, pages in by_host.items():
+        headers = {"authorization": f"Bearer {args.token}"} | ({"host": host} if host else {})
+        patterns = args.pattern if host == args.host else []
+        try:
+            response = httpx.post(url, json={"urls": pages, "patterns": patterns}, headers=headers, timeout=30)
+        except httpx.HTTPError as exc:
+            raise CrawlerGateError(f"Cannot reach {url}: {exc}.") from None
+        if response.status_code != 200:
+            site = f" (Host {host})" if host else ""
+            raise CrawlerGateError(f"{url}{site} answered {response.status_code}: {response.text.strip()[:200]}")
+        marked += response.json()["marked"]
+    print(f"marked {marked:,} page(s) changed")
     return EXIT_OK
