@@ -584,13 +584,18 @@ class Settings:
         """The settings of one site's gate: its origin and URL, and a folder, a memcached namespace, a share of
         L2, shared counters and an access log of its own."""
         name = _SITE_FOLDER.sub("-", site.name)
-        server = dataclasses.replace(self.server, origin=site.origin, public_url=site.public_url, canonical_host="")
+        # Sites may share one origin (name-based virtual hosts, a WordPress multisite): a site is its host name,
+        # in its fills' Host (when it has no public URL), its folder and its memcached namespace.
+        public_url = site.public_url or f"http://{site.name}"
+        server = dataclasses.replace(self.server, origin=site.origin, public_url=public_url, canonical_host="")
+        folder = Path(self.l2.cache_dir) if self.l2.cache_dir else default_cache_root() / "crawlergate"
         l2 = dataclasses.replace(
             self.l2,
-            cache_dir=str(Path(self.l2.cache_dir) / "sites" / name) if self.l2.cache_dir else "",
+            cache_dir=str(folder / "sites" / name),
             max_bytes=site.max_bytes or max(1, self.l2.max_bytes // len(self.sites or (site,))),
         )
-        l1 = dataclasses.replace(self.l1, namespace=f"{self.l1.namespace}-{name}" if self.l1.namespace else "")
+        namespace = hashlib.blake2b(name.encode(), digest_size=5).hexdigest()
+        l1 = dataclasses.replace(self.l1, namespace=f"{self.l1.namespace}-{name}" if self.l1.namespace else namespace)
         metrics = self.metrics
         if metrics.shared_dir:
             metrics = dataclasses.replace(metrics, shared_dir=str(Path(metrics.shared_dir) / name))

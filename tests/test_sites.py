@@ -284,3 +284,28 @@ def test_invalidate_and_stats_on_the_command_line_take_a_site(
         assert json.loads(one.stdout)["crawler"]["requests"] == 2
     finally:
         gate.stop()
+
+
+def test_sites_on_one_origin_by_name_get_their_own_pages(tmp_path: Path) -> None:
+    """Name-based virtual hosts (a WordPress multisite): one origin, a page per Host at the same path."""
+
+    async def page(request: Request) -> HTMLResponse:
+        return HTMLResponse(f"<html><body>{request.headers['host']} {request.url.path}</body></html>")
+
+    origin = ServerThread(Starlette(routes=[Route("/{path:path}", page)])).start()
+    settings = Settings(
+        sites=(
+            SiteSettings(hosts=("blog.example",), origin=origin.url),
+            SiteSettings(hosts=("shop.example",), origin=origin.url),
+        )
+    )
+    blog, shop = (settings.for_site(site) for site in settings.sites)
+    assert blog.cache_dir != shop.cache_dir and blog.l1_namespace != shop.l1_namespace
+    gate = ServerThread(create_server_app(settings), http=LimitedHttpToolsProtocol).start()
+    try:
+        for _ in range(2):
+            assert _crawl(gate, "blog.example")[1] == "<html><body>blog.example /t/1</body></html>"
+            assert _crawl(gate, "shop.example")[1] == "<html><body>shop.example /t/1</body></html>"
+    finally:
+        gate.stop()
+        origin.stop()

@@ -101,7 +101,8 @@ def _serve(settings: Settings, stored: list[str], logs: list[Path]) -> int:
     )
     if settings.sites:
         for site, where in zip(settings.sites, stored, strict=True):
-            print(f"crawlergate serve: {', '.join(site.hosts)} -> {site.origin}; {where}", file=sys.stderr)
+            fills = "" if site.public_url else f" (fills ask for http://{site.name}: set its public_url if https)"
+            print(f"crawlergate serve: {', '.join(site.hosts)} -> {site.origin}{fills}; {where}", file=sys.stderr)
         target = f"{len(settings.sites)} sites (other hosts: {server.other_hosts})"
     else:
         target = f"{server.origin}; {stored[0]}"
