@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,20 +32,25 @@ GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.
 REPO = Path(__file__).resolve().parent.parent
 
 STARLETTE_PROJECT = """
+import sys
+
+import uvicorn
 from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from crawlergate import CrawlerGateMiddleware
-from crawlergate.adapters.proxy import create_app
 from crawlergate.config import Settings
 
 
 async def home(request):
-    return HTMLResponse("<h1>Hello from Starlette</h1>")
+    return HTMLResponse("<h1>Hello from NAME</h1>")
 
 
-app = CrawlerGateMiddleware(Starlette(routes=[Route("/", home)]), settings=Settings())
+app = Starlette(routes=[Route("/", home)])
+app.add_middleware(CrawlerGateMiddleware, settings=Settings())  # FastAPI's way too
+if __name__ == "__main__":
+    uvicorn.run(app, port=int(sys.argv[1]), log_level="warning")
 """
 
 FLASK_PROJECT = """
@@ -54,7 +60,6 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from flask import Flask
 
 from crawlergate import CrawlerGateWSGI
-from crawlergate.adapters.proxy import create_app
 from crawlergate.config import Settings
 
 app = Flask(__name__)
@@ -62,7 +67,7 @@ app = Flask(__name__)
 
 @app.get("/")
 def home():
-    return "<h1>Hello from Flask</h1>"
+    return "<h1>Hello from NAME</h1>"
 
 
 app.wsgi_app = CrawlerGateWSGI(app.wsgi_app, settings=Settings())
@@ -78,16 +83,16 @@ make_server("127.0.0.1", int(sys.argv[1]), app, handler_class=Quiet).serve_forev
 
 
 @contextlib.contextmanager
-def _project(folder: Path, source: str, command: list[str]) -> Iterator[str]:
-    """A newcomer's project: ``app.py`` in its own folder, run from there with default settings."""
+def _project(folder: Path, source: str, command: list[str], cwd: Path) -> Iterator[str]:
+    """A newcomer's project: ``app.py`` in its own folder, run from ``cwd`` with default settings."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "app.py").write_text(textwrap.dedent(source))
+    (folder / "app.py").write_text(textwrap.dedent(source).replace("NAME", folder.name))
     port = free_port()
     environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
     environment["CRAWLERGATE_REGENERATE_ENABLED"] = "false"
     environment["PYTHONPATH"] = str(REPO)
     argv = [arg.replace("PORT", str(port)) for arg in command]
-    process = subprocess.Popen([sys.executable, *argv], cwd=folder, env=environment, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen([sys.executable, *argv], cwd=cwd, env=environment, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -109,23 +114,26 @@ def _crawl(url: str) -> tuple[str, str]:
     return answer.headers["x-crawlergate"].split(";")[0], answer.text
 
 
-def test_two_apps_with_default_settings_never_serve_each_others_pages(tmp_path: Path) -> None:
-    """The newcomer's laptop: a Starlette app and a Flask app, each with the middleware and no settings."""
-    starlette = (tmp_path / "hello-starlette", STARLETTE_PROJECT, ["-m", "uvicorn", "app:app", "--port", "PORT"])
-    flask = (tmp_path / "hello-flask", FLASK_PROJECT, ["app.py", "PORT"])
-    with _project(*starlette) as url:
-        assert _crawl(url) == ("miss", "<h1>Hello from Starlette</h1>")
-    with _project(*flask) as url:
-        assert _crawl(url) == ("miss", "<h1>Hello from Flask</h1>")
-        assert _crawl(url) == ("l1-hit", "<h1>Hello from Flask</h1>")
+def test_apps_with_default_settings_never_serve_each_others_pages(tmp_path: Path) -> None:
+    """The newcomer's laptop: Starlette and Flask apps with the middleware and no settings, started from one
+    folder with one launcher; and one app started in two ways keeps its pages."""
+    blog, wiki, shop = tmp_path / "blog", tmp_path / "wiki", tmp_path / "shop"
+    with _project(blog, STARLETTE_PROJECT, ["blog/app.py", "PORT"], tmp_path) as url:
+        assert _crawl(url) == ("miss", "<h1>Hello from blog</h1>")
+    with _project(wiki, STARLETTE_PROJECT, ["wiki/app.py", "PORT"], tmp_path) as url:
+        assert _crawl(url) == ("miss", "<h1>Hello from wiki</h1>")
+        assert _crawl(url) == ("l1-hit", "<h1>Hello from wiki</h1>")
+    with _project(shop, FLASK_PROJECT, ["shop/app.py", "PORT"], tmp_path) as url:
+        assert _crawl(url) == ("miss", "<h1>Hello from shop</h1>")
         plain = httpx.get(url + "/", headers={"user-agent": "curl/8.5.0"})
-        assert plain.text == "<h1>Hello from Flask</h1>"
-    with _project(*starlette) as url:  # its own pages kept, in its own folder
-        assert _crawl(url) == ("l2-hit", "<h1>Hello from Starlette</h1>")
+        assert plain.text == "<h1>Hello from shop</h1>"
+    uvicorn = ["-m", "uvicorn", "--app-dir", str(blog), "app:app", "--port", "PORT"]
+    with _project(blog, STARLETTE_PROJECT, uvicorn, REPO) as url:  # another launcher, another folder
+        assert _crawl(url) == ("l2-hit", "<h1>Hello from blog</h1>")
     folders = sorted((default_cache_root() / "crawlergate" / SITES_FOLDER).iterdir())
     owners = [read_owner(folder / MARKER_FILE) for folder in folders]
-    apps = {owner.app.split(" in ")[0] for owner in owners if owner is not None and "hello-" in owner.app}
-    assert apps == {"starlette.applications.Starlette[app]", "flask.app.Flask:__main__"}
+    places = {owner.app.rpartition(" at ")[2] for owner in owners if owner is not None and str(tmp_path) in owner.app}
+    assert places == {str(blog / "app.py"), str(wiki / "app.py"), str(shop / "app.py")}
 
 
 def test_a_gate_of_another_site_refuses_the_folder_in_one_sentence(tmp_path: Path) -> None:
@@ -215,3 +223,47 @@ def test_a_gate_on_the_old_shared_folder_never_counts_the_sites_under_it(tmp_pat
     outer.start()
     assert outer.get("ab" + "0" * 30) is None and outer.digests() == []
     assert inner.get("ab" + "0" * 30) == b"x" * 5000
+
+
+def test_a_public_url_and_an_origin_alone_are_not_the_same_site(tmp_path: Path) -> None:
+    claim_folder(tmp_path / "l2", FolderOwner(public_url="https://blog.example"))
+    with pytest.raises(ConfigError, match="server.public_url = 'https://blog.example'"):
+        claim_folder(tmp_path / "l2", FolderOwner(origin="http://127.0.0.1:9000"))
+    claim_folder(tmp_path / "l2", FolderOwner(public_url="https://blog.example", origin="http://127.0.0.1:9000"))
+
+
+def test_two_gates_starting_at_once_on_a_new_folder_cannot_both_claim_it(tmp_path: Path) -> None:
+    for attempt in range(20):
+        folder = tmp_path / f"l2-{attempt}"
+        start = threading.Barrier(2)
+        refused: list[str] = []
+
+        def claim(
+            origin: str, folder: Path = folder, start: threading.Barrier = start, refused: list[str] = refused
+        ) -> None:
+            start.wait()
+            try:
+                claim_folder(folder, FolderOwner(origin=origin))
+            except ConfigError as exc:
+                refused.append(str(exc))
+
+        threads = [threading.Thread(target=claim, args=(f"http://127.0.0.1:{port}",)) for port in (8001, 8002)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(refused) == 1, refused
+
+
+@pytest.mark.parametrize("content", ["[" * 100_000, "", "[]", "not json"])
+def test_a_broken_marker_is_named_in_one_sentence(tmp_path: Path, content: str) -> None:
+    (tmp_path / MARKER_FILE).write_text(content)
+    with pytest.raises(ConfigError, match="delete it") as refused:
+        claim_folder(tmp_path, FolderOwner(origin="http://127.0.0.1:8000"))
+    assert "\n" not in str(refused.value)
+
+
+def test_a_cache_folder_that_is_a_file_is_named_so(tmp_path: Path) -> None:
+    (tmp_path / "l2").write_text("")
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        claim_folder(tmp_path / "l2", FolderOwner(origin="http://127.0.0.1:8000"))

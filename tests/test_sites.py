@@ -309,3 +309,21 @@ def test_sites_on_one_origin_by_name_get_their_own_pages(tmp_path: Path) -> None
     finally:
         gate.stop()
         origin.stop()
+
+
+def test_a_trusted_front_proxy_names_the_site_in_x_forwarded_host(
+    tmp_path: Path, origins: tuple[ServerThread, ServerThread]
+) -> None:
+    """nginx's default Host is its upstream's address: the site is in X-Forwarded-Host, believed from it only."""
+    forum, wiki = origins
+    headers = {**GOOGLEBOT, "host": "127.0.0.1:8080", "x-forwarded-host": "wiki.example"}
+    trusting = _gate(tmp_path / "trusting", forum.url, wiki.url)
+    try:
+        assert httpx.get(trusting.url + "/t/1", headers=headers).text == "<html><body>wiki /t/1</body></html>"
+    finally:
+        trusting.stop()
+    wary = _gate(tmp_path / "wary", forum.url, wiki.url, trusted_proxies=())
+    try:
+        assert httpx.get(wary.url + "/t/1", headers=headers).status_code == 421
+    finally:
+        wary.stop()

@@ -24,6 +24,7 @@ from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.admin.endpoints import AdminEndpoints
 from crawlergate.config import Settings
 from crawlergate.gate.answer import Response, json_response, plain_response, send_response
+from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.gate.request import Request
 
 CLASSES = ("crawler", "human", "suspect")
@@ -41,6 +42,7 @@ class SiteGates:
         self._first = gates[settings.sites[0].name]
         self._pass_others = settings.server.other_hosts == "first"
         self._prefix = settings.admin.prefix
+        self._trusted = TrustedProxies(settings.server.trusted_proxies)
         self.admin = AdminEndpoints(
             prefix=settings.admin.prefix,
             token=settings.admin.token,
@@ -54,26 +56,35 @@ class SiteGates:
         """A gate per site, each built by ``build`` from the site's settings (``Settings.for_site``)."""
         return cls({site.name: build(settings.for_site(site)) for site in settings.sites}, settings)
 
-    def gate_for(self, headers: Iterable[tuple[bytes, bytes]]) -> CrawlerGateMiddleware | None:
-        """The gate of the site the Host header names (with its port, else without); None for another host."""
+    def gate_for(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> CrawlerGateMiddleware | None:
+        """The gate of the site the request names: X-Forwarded-Host when a trusted proxy sent it (a front nginx
+        that keeps its own Host), else Host; with its port, else without. None for another host."""
+        host = forwarded = None
         for name, value in headers:
             if name == b"host":
-                host = value.lower()
-                gate = self._by_host.get(host)
-                if gate is None and not host.endswith(b"]"):
-                    gate = self._by_host.get(host.rpartition(b":")[0] or host)
-                return gate
-        return None
+                host = value
+            elif name == b"x-forwarded-host":
+                forwarded = value
+        if forwarded is not None and peer in self._trusted:
+            host = forwarded.rpartition(b",")[2].strip()  # the nearest proxy's, as X-Forwarded-For's last hop
+        if host is None:
+            return None
+        host = host.lower()
+        gate = self._by_host.get(host)
+        if gate is None and not host.endswith(b"]"):
+            gate = self._by_host.get(host.rpartition(b":")[0] or host)
+        return gate
 
     def answer_at_once(self, request: Request, started: float, scope: dict[str, object]) -> Response | None:
-        gate = self.gate_for(request.headers)
+        gate = self.gate_for(request.peer, request.headers)
         return gate.answer_at_once(request, started, scope) if gate is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
-        gate = self.gate_for(scope.get("headers", ()))
+        client = scope.get("client")
+        gate = self.gate_for(client[0] if client else None, scope.get("headers", ()))
         if gate is not None:
             await gate(scope, receive, send)
         elif scope["type"] == "http" and (scope["path"] + "/").startswith(self._prefix + "/"):

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import sys
 from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
@@ -48,12 +49,13 @@ class FolderOwner:
 
     def same_site(self, other: FolderOwner) -> bool:
         """Compared by the first URL both have: a public URL, then an origin (which may move behind an unchanged
-        public URL). An application's name only names a default folder: it changes with a refactor or a move of
-        the project, so it never makes a folder another site's."""
+        public URL). A public URL on one side and only an origin on the other cannot be compared: not the same
+        site. An application's name never makes a folder another site's: it changes when the project moves."""
         for mine, theirs in ((self.public_url, other.public_url), (self.origin, other.origin)):
             if mine and theirs:
                 return _normal(mine) == _normal(theirs)
-        return True
+        mine_url, their_url = self.public_url or self.origin, other.public_url or other.origin
+        return not (mine_url and their_url)
 
     def describe(self) -> str:
         return self.public_url or self.origin or f"the application {self.app}"
@@ -70,9 +72,11 @@ def site_folder(root: Path, owner: FolderOwner) -> Path:
     identity = owner.identity or "default"
     if "://" in identity:
         readable = identity.split("://", 1)[1]
-    else:
-        kind, _, place = identity.partition(" in ")
-        readable = f"{Path(place.split(' (')[0]).name}-{kind.split('[')[0].rsplit('.', 1)[-1]}"
+    else:  # "KIND at FILE,FILE" or "KIND in FOLDER": the project's folder, the file and the kind
+        kind, _, place = identity.partition(" at ") if " at " in identity else identity.partition(" in ")
+        where = Path(place.split(",")[0])
+        project = f"{where.parent.name}-{where.stem}" if " at " in identity else where.name
+        readable = f"{project}-{kind.split(':')[0].rsplit('.', 1)[-1]}"
     readable = _UNSAFE_NAME.sub("-", readable.lower()).strip("-.")[:40].strip("-.") or "site"
     digest = hashlib.blake2b(identity.encode(), digest_size=5).hexdigest()
     return root / SITES_FOLDER / f"{readable}-{digest}"
@@ -87,13 +91,16 @@ def claim_folder(folder: Path, owner: FolderOwner) -> None:
     """
     if not owner.known:
         return
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"The cache folder {folder} is a file, not a folder: give l2.cache_dir a folder.")
     marker = folder / MARKER_FILE
     recorded = read_owner(marker)
     if recorded is not None and not owner.same_site(recorded):
+        advice = f"give it server.public_url = {recorded.public_url!r}" if recorded.public_url else f"delete {marker}"
         raise ConfigError(
             f"The cache folder {folder} holds the pages of {recorded.describe()}, and this gate is for "
             f"{owner.describe()}: give this gate a folder of its own (l2.cache_dir, --cache-dir), or, if it "
-            f"is the same site under a new address, set server.public_url or delete {marker}."
+            f"is the same site at a new address, {advice}."
         )
     if recorded is not None:
         owner = FolderOwner(*(_kept(new, old) for new, old in zip(astuple(owner), astuple(recorded), strict=True)))
@@ -101,9 +108,19 @@ def claim_folder(folder: Path, owner: FolderOwner) -> None:
             return
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        temporary = folder / f".{MARKER_FILE}.{os.getpid()}"
+        temporary = folder / f".{MARKER_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
         temporary.write_text(json.dumps(asdict(owner), indent=1) + "\n")
-        os.replace(temporary, marker)
+        if recorded is None:
+            # Two gates starting at once on a new folder: the first marker wins, the other gate reads it.
+            try:
+                os.link(temporary, marker)
+            except FileExistsError:
+                os.unlink(temporary)
+                claim_folder(folder, owner)
+                return
+            os.unlink(temporary)
+        else:
+            os.replace(temporary, marker)
     except OSError as exc:
         raise ConfigError(f"Cannot write {marker}: {exc.strerror or exc}.") from exc
 
@@ -114,7 +131,7 @@ def read_owner(marker: Path) -> FolderOwner | None:
         recorded = json.loads(marker.read_text())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ConfigError(f"The cache folder's marker {marker} cannot be read ({exc}); delete it.") from exc
     if not isinstance(recorded, dict):
         raise ConfigError(f"The cache folder's marker {marker} is not a JSON object; delete it.")
@@ -123,30 +140,52 @@ def read_owner(marker: Path) -> FolderOwner | None:
 
 
 def app_identity(app: object) -> str:
-    """An application's name that stays the same across restarts and differs between two projects: its
-    import name (Flask), its Django settings module, else its kind and the modules of its routes, with
-    the folder it runs from."""
-    app = getattr(app, "__self__", app)  # Flask's app.wsgi_app, wrapped in place: the app it belongs to
-    import_name = getattr(app, "import_name", None)
-    if isinstance(import_name, str) and import_name:
-        kind = f"{_kind(app)}:{import_name}"
-    elif type(app).__module__.startswith("django.") and os.environ.get("DJANGO_SETTINGS_MODULE"):
-        kind = f"django:{os.environ['DJANGO_SETTINGS_MODULE']}"
-    else:
-        kind = _kind(app)
-        modules = sorted(
-            {
-                module
-                for route in getattr(app, "routes", None) or ()
-                if (module := getattr(getattr(route, "endpoint", None), "__module__", None))
-            }
-        )
-        if modules:
-            kind += "[" + ",".join(modules[:8]) + "]"
-    main = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+    """An application's name that stays the same however it is launched (uvicorn, gunicorn, ``python app.py``)
+    and differs between two projects: what it is, and the file that defines it (Flask's import name, Django's
+    settings module, the module of a Starlette or FastAPI app's routes; the folder it runs from when none)."""
+    for layer in _layers(app):
+        import_name = getattr(layer, "import_name", None)
+        if isinstance(import_name, str) and import_name:
+            return f"{_kind(layer)}:{import_name}{_place(_module_file(import_name))}"
+        settings_module = os.environ.get("DJANGO_SETTINGS_MODULE", "")
+        if type(layer).__module__.startswith("django.") and settings_module:
+            return f"django:{settings_module}{_place(_module_file(settings_module))}"
+        modules = {
+            module
+            for route in getattr(layer, "routes", None) or ()
+            if isinstance(module := getattr(getattr(route, "endpoint", None), "__module__", None), str)
+        }
+        files = sorted({_module_file(module) for module in modules} - {""})
+        if files:
+            return f"{_kind(layer)} at {','.join(files[:8])}"
+    code = getattr(app, "__code__", None)
+    return _kind(app) + _place(os.path.abspath(code.co_filename) if code is not None else "")
+
+
+def _place(file: str) -> str:
+    """`` at FILE``; `` in FOLDER`` (the folder the process runs from) when the file is not known."""
+    if file:
+        return f" at {file}"
     with contextlib.suppress(OSError):
-        return f"{kind} in {os.getcwd()}" + (f" ({Path(main).name})" if main else "")
-    return kind
+        return f" in {os.getcwd()}"
+    return ""
+
+
+def _layers(app: object) -> list[object]:
+    """The app and what it wraps: Flask's bound ``wsgi_app``, Starlette's middleware stack (``add_middleware``
+    hands the gate the stack's inner layers, whose innermost is the router)."""
+    layers: list[object] = []
+    layer: object = app
+    while layer is not None and len(layers) < 16 and not any(layer is seen for seen in layers):
+        layers.append(layer)
+        layer = getattr(layer, "__self__", None) or getattr(layer, "app", None)
+    return layers
+
+
+def _module_file(name: str) -> str:
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None)
+    return os.path.abspath(path) if isinstance(path, str) else ""
 
 
 def _kind(app: object) -> str:
