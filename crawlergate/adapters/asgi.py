@@ -92,10 +92,8 @@ class CrawlerGateMiddleware(GateAdapter):
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if not self._scheduling:
-            # At startup, or at the first request of an app without a lifespan (Django's).
-            self._scheduling = True
-            self.runtime.start_schedule(start_async_scheduler)
+        if not self._scheduling:  # at the first request of an app without a lifespan (Django's)
+            self.start_serving()
         prepared: Prepared | None = scope.get(PREPARED)
         if prepared is None:
             client = scope.get("client")
@@ -183,8 +181,7 @@ class CrawlerGateMiddleware(GateAdapter):
             await self.app(scope, receive, send_marked)
         finally:
             passing.left()
-        after = passing.follow_up()
-        if after is not None:
+        if (after := passing.follow_up()) is not None:
             self.background(after)
 
     def _lifespan_receive(self, receive: Receive) -> Receive:

@@ -108,6 +108,9 @@ def claim_folder(folder: Path, owner: FolderOwner) -> None:
             return
     try:
         folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"Cache directory {folder} is not usable: {exc.strerror or exc}.") from exc
+    try:
         temporary = folder / f".{MARKER_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
         temporary.write_text(json.dumps(asdict(owner), indent=1) + "\n")
         if recorded is None:
