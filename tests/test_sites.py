@@ -85,6 +85,9 @@ def test_two_sites_with_the_same_paths_get_their_own_pages(
         metrics = httpx.get(gate.url + "/_crawlergate/metrics").text
         assert 'crawlergate_requests_total{site="wiki.example",class="crawler",outcome="l1-hit"} 1' in metrics
         assert (tmp_path / "l2" / "sites" / "forum.example").is_dir()
+        overview = httpx.get(gate.url + "/_crawlergate/")
+        assert overview.headers["content-type"].startswith("text/html")
+        assert f'href="//wiki.example:{gate.port}/_crawlergate/"' in overview.text and "forum.example" in overview.text
         shown = subprocess.run(
             [sys.executable, "-m", "crawlergate", "stats", "--url", gate.url],
             capture_output=True,

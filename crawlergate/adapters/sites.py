@@ -14,6 +14,7 @@ and their totals.
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -30,6 +31,12 @@ from crawlergate.gate.request import Request
 CLASSES = ("crawler", "human", "suspect")
 _MISDIRECTED = b"This server answers for other host names (421 Misdirected Request).\n"
 _WHICH_SITE = "pages are marked on one site: send its Host (crawlergate invalidate --host HOST, or full URLs)"
+_OVERVIEW = """<!doctype html><html><head><meta charset="utf-8"><meta http-equiv="refresh" content="10">
+<title>crawlergate: sites</title><style>body{font:15px system-ui,sans-serif;margin:2em}td,th{padding:.3em 1em;
+text-align:right}td:first-child,th:first-child{text-align:left}</style></head><body><h1>Sites behind this gate</h1>
+<table><tr><th>site (its dashboard)</th><th>crawler requests</th><th>crawler hit ratio</th><th>crawler TTFB p50 ms</th>
+<th>human requests</th></tr>{{ROWS}}</table><p>Every 10 s. Each site's dashboard answers at its own host name.</p>
+</body></html>"""
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (.*)$")
 
 
@@ -91,6 +98,9 @@ class SiteGates:
             if scope["path"].rstrip("/").endswith("/invalidate"):
                 await send_response(send, json_response(421, {"error": _WHICH_SITE}))
                 return
+            if scope["path"].rstrip("/") == self._prefix and self.admin.allows(scope):
+                await send_response(send, self._overview(scope))
+                return
             await self.admin(scope, receive, send)
         elif self._pass_others:
             await self._first.app(scope, receive, send)  # the site itself: nothing looked up, stored or filled
@@ -115,6 +125,26 @@ class SiteGates:
                     await gate.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    def _overview(self, scope: Scope) -> Response:
+        """Every site's crawler figures on one page, each linked to its own dashboard (asked with its Host, on
+        the port this page was asked on: a tunnel's, with the site's name in /etc/hosts)."""
+        asked = next((value for name, value in scope["headers"] if name == b"host"), b"")
+        port = asked.rpartition(b":")[2].decode("latin-1") if not asked.endswith(b"]") and b":" in asked else ""
+        rows = []
+        for name, figures in self.stats()["sites"].items():
+            crawler, human = figures.get("crawler", {}), figures.get("human", {})
+            ttfb = crawler.get("ttfb_ms", {}).get("p50", 0.0)
+            where = f"{name}:{port}" if port.isdigit() and ":" not in name else name
+            rows.append(
+                f'<tr><td><a href="//{html.escape(where)}{self._prefix}/">'
+                f"{html.escape(name)}</a></td>"
+                f"<td>{crawler.get('requests', 0):,}</td><td>{crawler.get('hit_ratio', 0.0):.1%}</td>"
+                f"<td>{ttfb:.2f}</td><td>{human.get('requests', 0):,}</td></tr>"
+            )
+        page = _OVERVIEW.replace("{{ROWS}}", "".join(rows)).encode()
+        headers = [(b"content-type", b"text/html; charset=utf-8"), (b"cache-control", b"no-store")]
+        return 200, [*headers, (b"content-length", b"%d" % len(page)), (b"x-crawlergate", b"pass")], page
 
     def reopen_logs(self) -> None:
         """Open every site's access log again (SIGHUP, after logrotate moved them)."""

@@ -141,6 +141,11 @@ class AdminEndpoints:
         except CrawlerGateError as exc:
             return json_response(503, {"error": str(exc)}, extra=[(b"retry-after", b"5")])
 
+    def allows(self, scope: Scope) -> bool:
+        """Whether a request may read the admin endpoints (a loopback client or the bearer token)."""
+        client = scope.get("client")
+        return self._allowed(client[0] if client else None, scope["headers"])
+
     def _allowed(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> bool:
         # Behind an nginx on the same host every peer is loopback: the forwarded client is what counts.
         return is_loopback(self._trusted.client(peer, headers)) or self._has_token(headers)
