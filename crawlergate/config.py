@@ -18,6 +18,7 @@ import os
 import re
 import tomllib
 import typing
+import urllib.parse
 import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -111,7 +112,7 @@ class ServerSettings:
             self.origin_requests_per_client,
             "Must be 0 (no limit) or more.",
         )
-        if self.origin and not re.match(r"^https?://[^/\s]+", self.origin):
+        if self.origin and not (re.match(r"^https?://[^/\s]+", self.origin) and _has_valid_port(self.origin)):
             _fail("server.origin", self.origin, "Must be an http:// or https:// URL, e.g. http://127.0.0.1:8000.")
         if self.canonical_host and not self.public_url:
             if not re.fullmatch(r"[^/\s:]+(:\d{1,5})?", self.canonical_host):
@@ -580,10 +581,27 @@ class Settings:
         if self.sites and self.front.publish:
             _fail("front.publish", True, "The published tree serves one site: turn it off with [[sites]].")
 
+    def one_site(self) -> Settings:
+        """The settings of the site a command acts on: these, or with several sites the one whose origin
+        ``server.origin`` names (ConfigError when none, or several, has it)."""
+        if not self.sites:
+            return self
+        wanted = self.server.origin.rstrip("/").lower()
+        named = [site for site in self.sites if wanted and site.origin.rstrip("/").lower() == wanted]
+        if len(named) == 1:
+            return self.for_site(named[0])
+        if named:
+            raise ConfigError(f"Sites {', '.join(site.name for site in named)} share the origin {wanted}: give the one "
+                              "to act on a settings file of its own.")  # fmt: skip
+        origins = ", ".join(site.origin for site in self.sites)
+        raise ConfigError(f"The settings name several sites: give the --origin of the one to act on ({origins}).")
+
     def for_site(self, site: SiteSettings) -> Settings:
         """The settings of one site's gate: its origin and URL, and a folder, a memcached namespace, a share of
         L2, shared counters and an access log of its own."""
         name = _SITE_FOLDER.sub("-", site.name)
+        if name != site.name:  # "a_b.example" and "a-b.example" are two sites, in two folders
+            name += "-" + hashlib.blake2b(site.name.encode(), digest_size=4).hexdigest()
         # Sites may share one origin (name-based virtual hosts, a WordPress multisite): a site is its host name,
         # in its fills' Host (when it has no public URL), its folder and its memcached namespace.
         public_url = site.public_url or f"http://{site.name}"
@@ -656,6 +674,15 @@ def default_cache_root(environ: Mapping[str, str] = os.environ) -> Path:
     """The per-user cache folder (XDG Base Directory specification)."""
     xdg = environ.get("XDG_CACHE_HOME", "")
     return Path(xdg) if xdg else Path.home() / ".cache"
+
+
+def _has_valid_port(url: str) -> bool:
+    """Whether the URL's host and port can be read (a port over 65535, "abc" or an unclosed "[::1" cannot)."""
+    try:
+        port = urllib.parse.urlsplit(url).port
+    except ValueError:
+        return False
+    return port is None or port > 0
 
 
 def load_settings(
@@ -815,6 +842,15 @@ def _build_settings(merged: Mapping[str, Any]) -> Settings:
 
 def _site(table: Mapping[str, Any], merged: Mapping[str, Any]) -> SiteSettings:
     """One ``[[sites]]`` table; its sections are the top-level ones with the site's keys over them."""
+    try:
+        return _site_settings(table, merged)
+    except ConfigError as exc:
+        hosts = table.get("hosts")
+        named = f"The site {', '.join(map(str, hosts))}" if isinstance(hosts, list) and hosts else "A site"
+        raise ConfigError(f"{named} ([[sites]]): {exc}") from None
+
+
+def _site_settings(table: Mapping[str, Any], merged: Mapping[str, Any]) -> SiteSettings:
     hints = typing.get_type_hints(SiteSettings)
     values: dict[str, Any] = {}
     for key, raw in table.items():

@@ -84,6 +84,12 @@ def test_two_sites_with_the_same_paths_get_their_own_pages(
         assert stats["crawler"]["requests"] == 4 and stats["human"]["requests"] == 1
         metrics = httpx.get(gate.url + "/_crawlergate/metrics").text
         assert 'crawlergate_requests_total{site="wiki.example",class="crawler",outcome="l1-hit"} 1' in metrics
+        # One group per metric (Prometheus's text format): its header once, then every site's samples.
+        lines = metrics.splitlines()
+        assert lines.count("# TYPE crawlergate_l2_pages gauge") == 1
+        start = lines.index("# TYPE crawlergate_l2_pages gauge")
+        assert [line.split("{")[0] for line in lines[start + 1 : start + 3]] == ["crawlergate_l2_pages"] * 2
+        assert _crawl(gate, "FORUM.example.")[1] == "<html><body>forum /t/1</body></html>"  # the root's dot
         assert (tmp_path / "l2" / "sites" / "forum.example").is_dir()
         overview = httpx.get(gate.url + "/_crawlergate/")
         assert overview.headers["content-type"].startswith("text/html")
@@ -193,6 +199,11 @@ def test_a_site_has_sections_of_its_own_over_the_top_level_ones(tmp_path: Path) 
         ),
         ('[front]\npublish = true\n[[sites]]\nhosts = ["a.example"]\norigin = "http://127.0.0.1:1"\n', "publish"),
         ('sites = "a.example"\n', "list of tables"),
+        ('[[sites]]\nhosts = ["a.example"]\norigin = "http://127.0.0.1:99999"\n', "The site a.example"),
+        (
+            '[[sites]]\nhosts = ["a.example"]\norigin = "http://127.0.0.1:1"\n[sites.valve]\nmax_in_flight = -1\n',
+            "a.example",
+        ),
     ],
 )
 def test_bad_sites_are_named_in_one_sentence(tmp_path: Path, text: str, complaint: str) -> None:
@@ -330,3 +341,59 @@ def test_a_trusted_front_proxy_names_the_site_in_x_forwarded_host(
         assert httpx.get(wary.url + "/t/1", headers=headers).status_code == 421
     finally:
         wary.stop()
+
+
+def test_serve_checks_each_sites_own_sections_before_it_listens(tmp_path: Path) -> None:
+    config = tmp_path / "crawlergate.toml"
+    config.write_text(
+        '[[sites]]\nhosts = ["a.example"]\norigin = "http://127.0.0.1:1"\n'
+        '[[sites]]\nhosts = ["b.example"]\norigin = "http://127.0.0.1:2"\n'
+        f'[sites.policy]\nrules_file = "{tmp_path / "missing.toml"}"\n'
+    )
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
+    argv = ["serve", "--config", str(config), "--port", str(free_port()), "--workers", "2"]
+    finished = subprocess.run(
+        [sys.executable, "-m", "crawlergate", *argv, "--cache-dir", str(tmp_path / "l2")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment,
+    )
+    assert finished.returncode != 0 and "missing.toml" in finished.stderr
+    assert "Traceback" not in finished.stderr and "listening" not in finished.stderr
+
+
+def test_regenerate_acts_on_the_site_its_origin_names(
+    tmp_path: Path, origins: tuple[ServerThread, ServerThread]
+) -> None:
+    forum, wiki = origins
+    gate = _gate(tmp_path, forum.url, wiki.url)
+    try:
+        _crawl(gate, "wiki.example", "/t/5")
+    finally:
+        gate.stop()
+    config = tmp_path / "crawlergate.toml"
+    config.write_text(
+        f'[[sites]]\nhosts = ["forum.example"]\norigin = "{forum.url}"\n'
+        f'[[sites]]\nhosts = ["wiki.example", "www.wiki.example"]\norigin = "{wiki.url}"\n'
+    )
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
+    argv = ["regenerate", "--config", str(config), "--origin", wiki.url, "--cache-dir", str(tmp_path / "l2"), "--all"]
+    finished = subprocess.run(
+        [sys.executable, "-m", "crawlergate", *argv], capture_output=True, text=True, timeout=120, env=environment
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.startswith("regenerate: 1 page tried: 0 changed, 1 unchanged")
+
+
+def test_sites_sharing_an_origin_cannot_be_picked_by_it() -> None:
+    sites = (
+        SiteSettings(hosts=("blog.example",), origin="http://127.0.0.1:8001"),
+        SiteSettings(hosts=("shop.example",), origin="http://127.0.0.1:8001"),
+    )
+    with pytest.raises(ConfigError, match="share the origin"):
+        Settings(server=ServerSettings(origin="http://127.0.0.1:8001"), sites=sites).one_site()
+    assert Settings(sites=sites).for_site(sites[0]).cache_dir != Settings(sites=sites).for_site(sites[1]).cache_dir
+    odd = (SiteSettings(hosts=("a_b.example",), origin="http://127.0.0.1:1"),
+           SiteSettings(hosts=("a-b.example",), origin="http://127.0.0.1:2"))  # fmt: skip
+    assert Settings(sites=odd).for_site(odd[0]).cache_dir != Settings(sites=odd).for_site(odd[1]).cache_dir

@@ -313,8 +313,7 @@ class ReverseProxy:
 
 def create_app(settings: Settings) -> CrawlerGateMiddleware:
     """The standalone proxy: the gate around a ReverseProxy to ``settings.server.origin``."""
-    if settings.sites:
-        settings = _one_site(settings)
+    settings = settings.one_site()
     if not settings.server.origin:
         raise ConfigError("Setting 'server.origin' is empty. The proxy needs the site's URL, e.g. --origin URL.")
     proxy = ReverseProxy(
@@ -334,16 +333,6 @@ def create_app(settings: Settings) -> CrawlerGateMiddleware:
     gate = CrawlerGateMiddleware(proxy, settings=settings, standalone=True)
     gate.runtime.async_closers.append(proxy.aclose)
     return gate
-
-
-def _one_site(settings: Settings) -> Settings:
-    """With several sites, the one whose origin ``server.origin`` names (a command that acts on one site)."""
-    wanted = settings.server.origin.rstrip("/").lower()
-    for site in settings.sites:
-        if wanted and site.origin.rstrip("/").lower() == wanted:
-            return settings.for_site(site)
-    origins = ", ".join(site.origin for site in settings.sites)
-    raise ConfigError(f"The settings name several sites: give the --origin of the one to act on ({origins}).")
 
 
 def create_server_app(settings: Settings) -> CrawlerGateMiddleware | SiteGates:

@@ -29,6 +29,7 @@ from crawlergate.classify import Classifier
 from crawlergate.config import Settings
 from crawlergate.errors import ConfigError
 from crawlergate.gate.accesslog import open_log
+from crawlergate.keys import KeyMaker
 from crawlergate.metrics import Metrics, clear_shared
 from crawlergate.regenerate.window import check_window
 from crawlergate.stores.owner import claim_folder
@@ -53,13 +54,14 @@ def run_proxy(settings: Settings) -> int:
             "Give one site's --origin or several sites (--site HOST=ORIGIN, [[sites]]), not both: with several "
             "sites, server.other_hosts says what a request for another host gets."
         )
-    check_window(settings.regenerate)  # a bad cron expression: one line now, not a traceback in each worker
-    # Broken evidence, policy or ranges files, likewise (the workers would restart on them forever).
-    Judge.from_settings(settings, Metrics(), (family.name for family in Classifier.from_settings(settings.classify)
-                                              .ruleset.families))  # fmt: skip
+    families = [family.name for family in Classifier.from_settings(settings.classify).ruleset.families]
     sites = [settings.for_site(site) for site in settings.sites] or [settings]
     stored = []
     for site in sites:
+        check_window(site.regenerate)  # a bad cron expression: one line now, not a traceback in each worker
+        # Broken cache rules, profiles, evidence, policy or ranges files, likewise (workers would restart forever).
+        KeyMaker.from_settings(site)
+        Judge.from_settings(site, Metrics(), families)
         claim_folder(site.cache_dir, site.folder_owner())  # another site's folder: one line, before anything
         cache = build_cache(site, Metrics())
         cache.start()  # creates and indexes L2, or fails loudly

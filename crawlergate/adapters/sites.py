@@ -79,7 +79,9 @@ class SiteGates:
         host = host.lower()
         gate = self._by_host.get(host)
         if gate is None and not host.endswith(b"]"):
-            gate = self._by_host.get(host.rpartition(b":")[0] or host)
+            name, colon, port = host.rpartition(b":") if b":" in host else (host, b"", b"")
+            name = name.rstrip(b".")  # the root's dot: "forum.example." is forum.example
+            gate = self._by_host.get(name + colon + port) or self._by_host.get(name)
         return gate
 
     def answer_at_once(self, request: Request, started: float, scope: dict[str, object]) -> Response | None:
@@ -169,20 +171,19 @@ class SiteGates:
         return {**totals, "sites": sites}
 
     def prometheus(self) -> str:
-        """Every site's metrics in one exposition, each sample labelled with its ``site``."""
-        described: set[str] = set()
-        lines: list[str] = []
+        """Every site's metrics in one exposition, each sample labelled with its ``site``, one group per metric."""
+        groups: dict[str, list[str]] = {}
         for name, gate in self.gates.items():
             label = 'site="' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            group = groups.setdefault("", [])
             for line in gate.runtime.figures.prometheus().splitlines():
                 if line.startswith("#"):
-                    if line not in described:
-                        described.add(line)
-                        lines.append(line)
+                    group = groups.setdefault(line.split(" ", 3)[2] if line.count(" ") >= 2 else "", [])
+                    if line not in group:
+                        group.append(line)
                     continue
                 sample = _SAMPLE.match(line)
-                if sample is None:
-                    continue
-                metric, _, labels, value = sample.groups()
-                lines.append(f"{metric}{{{label}{',' + labels if labels else ''}}} {value}")
-        return "\n".join(lines) + "\n"
+                if sample is not None:
+                    metric, _, labels, value = sample.groups()
+                    group.append(f"{metric}{{{label}{',' + labels if labels else ''}}} {value}")
+        return "\n".join(line for group in groups.values() for line in group) + "\n"
