@@ -167,9 +167,10 @@ def test_a_broken_marker_is_an_error_not_a_new_folder(tmp_path: Path) -> None:
         claim_folder(tmp_path, FolderOwner(origin="http://127.0.0.1:8000"))
 
 
-def test_serve_on_another_sites_folder_stops_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_on_another_sites_folder_stops_with_one_line(tmp_path: Path, workers: str) -> None:
     claim_folder(tmp_path / "l2", FolderOwner(origin="http://127.0.0.1:8000"))
-    argv = ["serve", "--origin", "http://127.0.0.1:9000", "--port", str(free_port())]
+    argv = ["serve", "--origin", "http://127.0.0.1:9000", "--port", str(free_port()), "--workers", workers]
     environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
     finished = subprocess.run(
         [sys.executable, "-m", "crawlergate", *argv, "--cache-dir", str(tmp_path / "l2")],
@@ -180,7 +181,7 @@ def test_serve_on_another_sites_folder_stops_with_one_line(tmp_path: Path) -> No
     )
     assert finished.returncode != 0
     assert "Traceback" not in finished.stderr
-    assert "holds the pages of http://127.0.0.1:8000" in finished.stderr
+    assert "holds the pages of http://127.0.0.1:8000" in finished.stderr and "listening" not in finished.stderr
 
 
 def test_a_configured_folder_from_before_markers_keeps_its_pages(tmp_path: Path) -> None:
