@@ -1,7 +1,7 @@
 """Measure the classifier on the public user-agent corpus: crawlers' recall, people's false positives, speed.
 
     .venv/bin/python scripts/measure_classifier.py [--cache DIR] [--list] [--json FILE]
-        [--no-lgpl] [--crawlerdetect-site DIR] [--no-isbot]
+        [--no-lgpl] [--crawlerdetect-site DIR] [--no-isbot] [--readme README.md]
 
 Reads tests/data/user_agents/corpus-people.tsv.gz and corpus-crawlers.tsv.gz (built by
 scripts/build_ua_corpus.py) and, when the cache folder holds them, Matomo's LGPL parts
@@ -13,7 +13,8 @@ classified by:
   * isbot:  npm isbot through node, when node and npm are installed (npm pack into the cache).
 It prints recall per crawler set, people's false positives per kind (count and percentage), and
 our classifier's cold speed (distinct user agents per second, each classified once). --list prints
-every person our classifier calls a crawler, grouped by the token and rule that made it one.
+every person our classifier calls a crawler, grouped by the token and rule that made it one;
+--readme rewrites the README's accuracy table (between its measure_classifier markers).
 """
 
 from __future__ import annotations
@@ -202,6 +203,43 @@ def table(title: str, stats: dict, groups: Iterable[str], what: str) -> str:
     return "\n".join(lines)
 
 
+README_BEGIN = "<!-- measure_classifier:begin -->"
+README_END = "<!-- measure_classifier:end -->"
+
+
+def readme_table(recall: dict, false_positives: dict, corpus: str) -> str:
+    """The accuracy table of the README: recall per crawler set, people's false positives per kind, every
+    classifier measured in this run side by side."""
+    names = list(recall)
+    lines = [
+        f"| | n | {' | '.join(names)} |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for title, stats, groups in (
+        ("crawlers recognised", recall, CRAWLER_SETS),
+        ("people taken for crawlers", false_positives, PEOPLE_KINDS),
+    ):
+        for group in (*groups, "all"):
+            total = stats[names[0]][group]["total"]
+            cells = [
+                f"{stats[name][group]['flagged']:,} ({pct(stats[name][group]['flagged'], total)})" for name in names
+            ]
+            lines.append(f"| {title}: {group} | {total:,} | {' | '.join(cells)} |")
+    lines.append("")
+    lines.append(f"Written by `python scripts/measure_classifier.py --readme README.md` ({corpus}).")
+    return "\n".join(lines)
+
+
+def write_readme_table(path: Path, recall: dict, false_positives: dict, corpus: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    start, end = text.find(README_BEGIN), text.find(README_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{path} has no {README_BEGIN} ... {README_END} block to rewrite")
+    table_text = readme_table(recall, false_positives, corpus)
+    path.write_text(text[: start + len(README_BEGIN)] + "\n" + table_text + "\n" + text[end:], encoding="utf-8")
+    print(f"wrote the accuracy table into {path}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -213,6 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crawlerdetect-site", help="a site-packages folder holding crawlerdetect")
     parser.add_argument("--no-crawlerdetect", action="store_true")
     parser.add_argument("--no-isbot", action="store_true")
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        metavar="FILE",
+        help="rewrite the accuracy table between the measure_classifier markers of FILE (README.md)",
+    )
     parser.add_argument(
         "--write-known",
         type=Path,
@@ -289,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
             f"Speed, {name}: {figure['distinct']:,} distinct user agents, cold (each classified once, memo empty): "
             f"{figure['seconds']:.2f} s = {figure['per_second']:,.0f} per second"
         )
+
+    if args.readme:
+        included = "Matomo's fixtures included" if len(shipped_people) != len(people) else "the shipped corpus"
+        corpus = f"{len(people):,} people, {len(crawlers):,} crawlers, {included}, {time.strftime('%Y-%m-%d')}"
+        write_readme_table(args.readme, recall, false_positives, corpus)
 
     listing = []
     if args.list or args.json:

@@ -5,6 +5,8 @@ crawlers, each known by name and reason, so a rule change that takes one more pe
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,14 @@ def test_crawlers_are_recognised_on_every_set(classifier: Classifier) -> None:
         by_set.setdefault(crawler_set, []).append(classifier.classify(ua).is_crawler)
     recall = {name: sum(flags) / len(flags) for name, flags in by_set.items()}
     assert all(recall[name] >= least for name, least in LEAST_RECALL.items()), recall
+
+
+def test_the_readme_table_is_written_by_the_measuring_script(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("before\n<!-- measure_classifier:begin -->\nold\n<!-- measure_classifier:end -->\nafter\n")
+    script = Path(__file__).resolve().parent.parent / "scripts" / "measure_classifier.py"
+    argv = [sys.executable, str(script), "--no-lgpl", "--no-isbot", "--no-crawlerdetect", "--readme", str(readme)]
+    subprocess.run(argv, check=True, capture_output=True, timeout=300)
+    text = readme.read_text()
+    assert text.startswith("before\n<!-- measure_classifier:begin -->\n| | n | ours | paper |") and "old" not in text
+    assert "| people taken for crawlers: all | 41,337 |" in text and text.endswith("end -->\nafter\n")
