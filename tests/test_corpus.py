@@ -24,8 +24,9 @@ BROWSER_GRAMMAR = re.compile(
     r"(?: Edg(?:A|iOS)?/[\d.]+| OPR/[\d.]+| SamsungBrowser/[\d.]+)?"
     r"|Gecko/\d+ Firefox/[\d.]+)"
 )
-# Today's recall on each crawler set, not to be lowered (issue 27: search engines 99.5 %, AI crawlers 98 %).
-LEAST_RECALL = {"search-engine": 0.995, "ai-crawler": 0.98, "other": 0.985}
+# Recall on each crawler set of the shipped corpus today (568/568, 135/136, 2,382/2,401), not to be lowered
+# (issue 27 asks search engines 99.5 % and AI crawlers 98 % at least).
+LEAST_RECALL = {"search-engine": 1.0, "ai-crawler": 135 / 136, "other": 2382 / 2401}
 
 
 @pytest.fixture(scope="module")
