@@ -606,3 +606,26 @@ def test_serve_workers_see_the_same_marks(forum: ServerThread, tmp_path: Path) -
     assert dirty == [1] * 20
     assert {answer.headers["x-crawlergate"] for answer in again} <= {"l1-hit", "l2-hit"}
     assert all(answer.text == stored.text and "age" in answer.headers for answer in again)
+
+
+def test_serve_warns_at_start_up_when_nothing_answers_at_the_origin(tmp_path: Path) -> None:
+    """A newcomer's serve in front of a site not started yet: a warning line now, not silence until a 502."""
+    port, silent = free_port(), f"http://127.0.0.1:{free_port()}"
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
+    argv = ["serve", "--origin", silent, "--port", str(port), "--cache-dir", str(tmp_path / "l2")]
+    process = subprocess.Popen([sys.executable, "-m", "crawlergate", *argv], env=environment, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/_crawlergate/healthz")
+                break
+            except httpx.TransportError:
+                assert process.poll() is None and time.monotonic() < deadline, "serve did not start"
+                time.sleep(0.1)
+        person = httpx.get(f"http://127.0.0.1:{port}/", headers=FIREFOX)
+        assert person.status_code == 502
+    finally:
+        process.terminate()
+        _, errors = process.communicate(timeout=30)
+    assert f"warning: nothing answers at {silent}".encode() in errors

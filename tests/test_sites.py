@@ -238,6 +238,7 @@ def test_serve_with_two_site_flags(tmp_path: Path, origins: tuple[ServerThread, 
         process.terminate()
         _, errors = process.communicate(timeout=30)
     assert b"forum.example -> " + forum.url.encode() in errors and b"for 2 sites" in errors
+    assert b"nothing answers" not in errors
 
 
 def test_serve_refuses_an_origin_beside_sites(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +39,8 @@ from crawlergate.wiring import access_log_path, build_cache
 
 # Seconds uvicorn lets in-flight requests finish after SIGTERM before it closes them.
 GRACEFUL_SHUTDOWN_S = 30
+# How long start-up waits for the origin to accept a connection before it warns that nothing answers there.
+ORIGIN_PROBE_S = 2.0
 # Connections the kernel queues before the server accepts them (nginx's default is 511).
 BACKLOG = 2048
 
@@ -68,6 +71,8 @@ def run_proxy(settings: Settings) -> int:
         stored.append(f"L2 {site.cache_dir} ({len(cache.l2):,} pages, {cache.l2.used_bytes / 1e6:.1f} MB)")
         cache.close()
     _check_port(server.host, server.port)
+    for site in sites:
+        _warn_if_origin_is_silent(site.server.origin)
     logs = [path for site in sites if (path := access_log_path(site, standalone=True)) is not None]
     for path in logs:
         os.close(open_log(path))  # an unwritable log stops serve here, in one line, before it listens
@@ -158,6 +163,22 @@ def _raise_open_files_limit() -> None:
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
+
+
+def _warn_if_origin_is_silent(origin: str) -> None:
+    """Say at start-up when nothing answers at the origin's address (people would get 502 until it does);
+    not an error: the site may start after the gate."""
+    address = urllib.parse.urlsplit(origin)
+    port = address.port or (443 if address.scheme == "https" else 80)
+    try:
+        socket.create_connection((address.hostname or "", port), timeout=ORIGIN_PROBE_S).close()
+    except OSError as exc:
+        print(
+            f"crawlergate serve: warning: nothing answers at {origin} ({exc.strerror or exc}): people get 502 and "
+            "crawlers their stored pages until the site listens there.",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _check_port(host: str, port: int) -> None:
