@@ -101,13 +101,18 @@ class Experiment:
 
 def run_demo(spec: DemoSpec, settings: Settings, folder: Path | None, *, serve: bool) -> int:
     """Run the experiment, print the comparison; returns the exit status."""
+    # SIGTERM ends the demo as Ctrl-C does: the forum and the gate it started stop with it.
+    signal.signal(signal.SIGTERM, _interrupt)
     with running_experiment(spec, settings, folder) as experiment:
         report = experiment.folder / "report.html"
         report.write_text(demo_report(experiment), encoding="utf-8")
         print(_comparison(experiment.closed, experiment.opened, experiment.stats))
         print(f"\nreport: {report}")
         if serve:
-            say(f"serving until Ctrl-C: the forum on {experiment.forum}, the gate on {experiment.gate}")
+            say(
+                f"serving until Ctrl-C: the forum on {experiment.forum}, the gate on {experiment.gate}, "
+                f"its dashboard on {experiment.gate}/_crawlergate/"
+            )
             _wait_for_signal()
     return 0
 
@@ -390,4 +395,9 @@ def free_port() -> int:
 
 def _wait_for_signal() -> None:
     with contextlib.suppress(KeyboardInterrupt):
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        while True:
+            signal.pause()
+
+
+def _interrupt(number: int, frame: object) -> None:
+    raise KeyboardInterrupt

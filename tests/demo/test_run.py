@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from crawlergate.cli import main
@@ -35,3 +41,38 @@ def test_demo_with_nginx_in_front_counts_direct_hits(
     direct = re.search(r"([\d,]+) answered by nginx from the published tree", out)
     assert direct is not None and int(direct.group(1).replace(",", "")) > 0, out
     assert list((tmp_path / "l2" / "published").rglob("*.gz"))
+
+
+def test_demo_serve_names_the_dashboard_and_stops_its_servers_on_sigterm(tmp_path: Path) -> None:
+    argv = ["demo", "--threads", "60", "--requests", "240", "--work-ms", "2", "--concurrency", "4", "--serve"]
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "crawlergate", *argv, "--dir", str(tmp_path)],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    with process.stderr:
+        try:
+            deadline = time.monotonic() + 240
+            serving = ""
+            while time.monotonic() < deadline and not serving:
+                line = process.stderr.readline()
+                assert line or process.poll() is None, "the demo ended before serving"
+                if "serving until Ctrl-C" in line:
+                    serving = line
+            urls = re.findall(r"http://127\.0\.0\.1:\d+", serving)
+            forum, gate = urls[0], urls[1]
+            assert f"its dashboard on {gate}/_crawlergate/" in serving
+            assert httpx.get(gate + "/_crawlergate/healthz").status_code == 200
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    for url in (forum, gate):
+        with pytest.raises(httpx.TransportError):
+            httpx.get(url + "/", timeout=2)
