@@ -213,7 +213,7 @@ def gate(site: Site, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gate]
 
 
 def test_person_in_chromium_browses_logs_in_and_replies_on_the_live_site(site: Site, gate: Gate) -> None:
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support.wait import WebDriverWait
 
     mark = site.origin.mark()
@@ -248,7 +248,11 @@ def test_person_in_chromium_browses_logs_in_and_replies_on_the_live_site(site: S
         # Logs in through the form (member 1, the form's own value), reads a thread and replies to it.
         click('header a[href="/login"]', "/login")
         driver.find_element("css selector", "form button").click()
-        wait.until(lambda d: "Logged in as member1" in d.find_element("tag name", "header").text)
+        # The header read while the login's redirect replaces the page: Chrome may answer that its node left
+        # the document. Asked again until the new page's header says so.
+        WebDriverWait(driver, 30, poll_frequency=0.1, ignored_exceptions=(WebDriverException,)).until(
+            lambda d: "Logged in as member1" in d.find_element("tag name", "header").text
+        )
         click('a[href^="/showthread.php"]', "/showthread.php")
         thread = driver.current_url
         driver.find_element("name", "message").send_keys("A person's reply, through the gate.")

@@ -463,7 +463,9 @@ def test_serve_two_workers_filling_never_hold_more_than_the_l2_cap_and_a_page(tm
     finally:
         origin.stop()
     assert pages > 200  # the cap was reached and held while both workers kept filling
-    assert largest <= cap + page_on_disk, largest
+    # The folder holds at most the cap and the page being written. The listing above is no snapshot, though:
+    # a page evicted after it was counted and the one written meanwhile can both be seen, so one page more.
+    assert largest <= cap + 2 * page_on_disk, largest
 
 
 def test_proxy_limits_one_clients_requests_to_the_origin_when_asked(tmp_path: Path) -> None:
