@@ -211,6 +211,18 @@ def proxy_thread(origin: str, tmp_path: Path, *, cache: CacheSettings | None = N
     return ServerThread(create_app(settings)).start()
 
 
+def wait_until_healthy(process: subprocess.Popen[Any], url: str, *, seconds: float = 60) -> None:
+    """Wait until the gate a process started answers ``healthz`` at ``url``; fails if the process ends first."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            httpx.get(url + "/_crawlergate/healthz")
+            return
+        except httpx.TransportError:
+            assert process.poll() is None and time.monotonic() < deadline, "the gate did not start"
+            time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def serve_process(
     origin: str, tmp_path: Path, config_text: str = "", *, workers: int = 1, args: tuple[str, ...] = ()
@@ -227,14 +239,7 @@ def serve_process(
         env={key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")},
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/_crawlergate/healthz")
-                break
-            except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline, "serve did not start"
-                time.sleep(0.1)
+        wait_until_healthy(process, f"http://127.0.0.1:{port}")
         yield f"http://127.0.0.1:{port}"
     finally:
         process.send_signal(signal.SIGTERM)

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from crawlergate.demo.run import free_port
 from crawlergate.errors import ConfigError
 from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.owner import MARKER_FILE, SITES_FOLDER, FolderOwner, claim_folder, read_owner, site_folder
-from tests.conftest import ServerThread
+from tests.conftest import ServerThread, wait_until_healthy
 
 GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 REPO = Path(__file__).resolve().parent.parent
@@ -95,14 +94,7 @@ def _project(folder: Path, source: str, command: list[str], cwd: Path) -> Iterat
     process = subprocess.Popen([sys.executable, *argv], cwd=cwd, env=environment, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(url + "/_crawlergate/healthz")
-                break
-            except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline, "the app did not start"
-                time.sleep(0.1)
+        wait_until_healthy(process, url, seconds=30)
         yield url
     finally:
         process.terminate()

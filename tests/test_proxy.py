@@ -23,7 +23,16 @@ from starlette.routing import Route
 from crawlergate.adapters.proxy import create_app
 from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
 from crawlergate.demo.forum import create_forum
-from tests.conftest import FIREFOX, FIREFOX_LINES, RawHttpServer, ServerThread, free_port, proxy_thread, serve_process
+from tests.conftest import (
+    FIREFOX,
+    FIREFOX_LINES,
+    RawHttpServer,
+    ServerThread,
+    free_port,
+    proxy_thread,
+    serve_process,
+    wait_until_healthy,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -615,14 +624,7 @@ def test_serve_warns_at_start_up_when_nothing_answers_at_the_origin(tmp_path: Pa
     argv = ["serve", "--origin", silent, "--port", str(port), "--cache-dir", str(tmp_path / "l2")]
     process = subprocess.Popen([sys.executable, "-m", "crawlergate", *argv], env=environment, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/_crawlergate/healthz")
-                break
-            except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline, "serve did not start"
-                time.sleep(0.1)
+        wait_until_healthy(process, f"http://127.0.0.1:{port}")
         person = httpx.get(f"http://127.0.0.1:{port}/", headers=FIREFOX)
         assert person.status_code == 502
     finally:

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from crawlergate.adapters.proxy import create_server_app
 from crawlergate.config import AdminSettings, L2Settings, ServerSettings, Settings, SiteSettings, load_settings
 from crawlergate.demo.run import free_port
 from crawlergate.errors import ConfigError
-from tests.conftest import FIREFOX, ServerThread
+from tests.conftest import FIREFOX, ServerThread, wait_until_healthy
 
 GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 
@@ -223,14 +222,7 @@ def test_serve_with_two_site_flags(tmp_path: Path, origins: tuple[ServerThread, 
     process = subprocess.Popen([sys.executable, "-m", "crawlergate", *argv], env=environment, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(url + "/_crawlergate/healthz")
-                break
-            except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline, "serve did not start"
-                time.sleep(0.1)
+        wait_until_healthy(process, url)
         for host, name in (("forum.example", "forum"), ("www.wiki.example", "wiki"), ("forum.example", "forum")):
             answer = httpx.get(url + "/t/3", headers={**GOOGLEBOT, "host": host})
             assert answer.text == f"<html><body>{name} /t/3</body></html>"
