@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 import weakref
 from collections import OrderedDict
@@ -84,6 +85,9 @@ class TwoLevelCache:
         # Big L2 pages some request is still sending, by digest; they leave when the last sender lets go.
         self._l2_in_use: weakref.WeakValueDictionary[str, Page] = weakref.WeakValueDictionary()
         self._prefetched: OrderedDict[str, None] = OrderedDict()
+        # Filled pages on their way to disk (gate/pagewriter.py), by digest: found by lookups meanwhile.
+        self._held: dict[str, Page] = {}
+        self._held_lock = threading.Lock()
         if isinstance(l1, MemoryStore):  # memcached evicts by itself: its own `stats` counts them
             l1.on_evict = functools.partial(metrics.count, "evictions_l1")
         l2.on_evict = functools.partial(metrics.count, "evictions_l2")
@@ -107,6 +111,10 @@ class TwoLevelCache:
         return found
 
     def _lookup_l1(self, key: CacheKey, kind: str) -> CacheHit | None:
+        if self._held:
+            held = self._held.get(key.digest)
+            if held is not None:  # just filled, on its way to a remote L1 and to disk: in this process's memory
+                return CacheHit(held, "l1")
         decoded = self._decoded.get(key.digest)
         now = self._monotonic()
         if decoded is not None and now - decoded[2] < self.local_ttl_s:
@@ -173,6 +181,9 @@ class TwoLevelCache:
 
     def stale_copy(self, key: CacheKey) -> Page | None:
         """The L2 copy whatever its age, for serving when the origin fails."""
+        held = self._held.get(key.digest)
+        if held is not None:
+            return held
         data = self._get(self.l2, key, "crawler")
         return self._parse(self.l2, key, data, "crawler") if data is not None else None
 
@@ -183,6 +194,35 @@ class TwoLevelCache:
         data = page.to_bytes()
         self._put(self.l2, key, data, "crawler")
         self._put(self.l1, key, data, "crawler")
+
+    def hold(self, key: CacheKey, page: Page) -> bytes:
+        """A filled page on its way to disk (``store_held``, from gate/pagewriter.py): lookups find it at once, and
+        the embedded L1 has it now (memory: microseconds). Returns its bytes as stored."""
+        self._forget(key.digest)
+        self._l2_in_use.pop(key.digest, None)
+        data = page.to_bytes()
+        # No lock: the writer holds it for a batch's write, and a page held anew meanwhile waits for its own batch.
+        self._held[key.digest] = page
+        if isinstance(self.l1, MemoryStore):
+            self._put(self.l1, key, data, "crawler")
+        return data
+
+    def store_held(self, pages: list[tuple[CacheKey, Page, bytes]]) -> set[str]:
+        """Write held pages: L2 (one index transaction), then a remote L1. A page invalidated or held anew since
+        is skipped; the digests of those written."""
+        with self._held_lock:
+            wanted = [(key, page, data) for key, page, data in pages if self._held.get(key.digest) is page]
+            try:
+                self.l2.set_many([(key.digest, data) for key, _, data in wanted])
+            except StoreUnavailable as exc:
+                self._failed_write(exc, "crawler")
+            if not isinstance(self.l1, MemoryStore):
+                for key, _, data in wanted:
+                    self._put(self.l1, key, data, "crawler")
+            for key, page, _ in wanted:  # found in the levels now (or lost with a failed one: filled again)
+                if self._held.get(key.digest) is page:
+                    del self._held[key.digest]
+        return {key.digest for key, _, _ in wanted}
 
     def forget_local(self, digests: Iterable[str]) -> None:
         """Another process stored (or removed) these pages: drop the copies this process holds in memory (the
@@ -198,7 +238,10 @@ class TwoLevelCache:
         l1: dict[str, object] = {"backend": type(self.l1).__name__}
         if isinstance(self.l1, MemoryStore):
             l1 |= {"pages": len(self.l1), "used_bytes": self.l1.used_bytes, "max_bytes": self.l1.max_bytes}
-        l2: dict[str, object] = {"pages": len(self.l2), "bytes": self.l2.used_bytes, "max_bytes": self.l2.max_bytes}
+        pages, used_bytes, loading = self.l2.figures()
+        l2: dict[str, object] = {"pages": pages, "bytes": used_bytes, "max_bytes": self.l2.max_bytes}
+        if loading is not None:
+            l2["loading"] = round(loading, 3)
         return {"l1": l1, "l2": l2}
 
     def touch_local_l1(self, key: CacheKey) -> bool:
@@ -231,6 +274,8 @@ class TwoLevelCache:
     def invalidate(self, key: CacheKey) -> None:
         self._forget(key.digest)
         self._l2_in_use.pop(key.digest, None)
+        with self._held_lock:  # a held page is then never written: its write waits for this, or is skipped
+            self._held.pop(key.digest, None)
         for store in (self.l1, self.l2):
             try:
                 store.delete(key.digest)
@@ -269,12 +314,15 @@ class TwoLevelCache:
         try:
             store.set(key.digest, data)
         except StoreUnavailable as exc:
-            self.metrics.count_store_error(kind)
-            # Once a minute at most: a full or broken disk fails every write, and each is counted.
-            now = self._monotonic()
-            if now >= self._next_store_warning:
-                self._next_store_warning = now + STORE_WARNING_INTERVAL_S
-                logger.warning("cache write failed (%s store errors so far): %s", self._store_errors(), exc)
+            self._failed_write(exc, kind)
+
+    def _failed_write(self, exc: StoreUnavailable, kind: str) -> None:
+        self.metrics.count_store_error(kind)
+        # Once a minute at most: a full or broken disk fails every write, and each is counted.
+        now = self._monotonic()
+        if now >= self._next_store_warning:
+            self._next_store_warning = now + STORE_WARNING_INTERVAL_S
+            logger.warning("cache write failed (%s store errors so far): %s", self._store_errors(), exc)
 
     def _parse(
         self, store: Store | DiskStore, key: CacheKey, data: bytes, kind: str, *, verify: bool = True

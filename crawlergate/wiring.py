@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
@@ -57,6 +58,8 @@ DIRTY_INDEX_FILE = "dirty.sqlite3"
 ACCESS_LOG_FILE = "access.log"
 # Held by the one process of a gate that reads the front server's log of direct hits.
 DIRECT_LOG_LOCK = ".direct-log.lock"
+# How long the catalogue's demand upkeep waits for the filled pages on their way to it.
+DEMAND_FLUSH_WAIT_S = 2.0
 
 
 def access_log_path(settings: Settings, *, standalone: bool) -> Path | None:
@@ -144,8 +147,9 @@ def build_filler(core: GateCore) -> Filler:
     )
 
 
-def build_invalidation(core: GateCore) -> Invalidation:
-    """What marks a gate's pages changed: the API, PURGE and the write rules."""
+def build_invalidation(core: GateCore, filler: Filler) -> Invalidation:
+    """What marks a gate's pages changed: the API, PURGE and the write rules (after the filled pages on their way
+    to the catalogue are in it)."""
     return Invalidation(
         core.settings,
         keys=core.keys,
@@ -156,6 +160,7 @@ def build_invalidation(core: GateCore) -> Invalidation:
         public=core.public,
         clock=core.clock,
         published=core.published,
+        flush_fills=filler.writer.flush,
     )
 
 
@@ -251,11 +256,12 @@ class GateRuntime:
         self.settings = settings
         self.core = build_core(settings, cache=cache, classifier=classifier, clock=clock)
         self.filler = build_filler(self.core)
-        self.invalidation = build_invalidation(self.core)
+        self.core.catalogue.before_demand = functools.partial(self.filler.writer.flush, DEMAND_FLUSH_WAIT_S)
+        self.invalidation = build_invalidation(self.core, self.filler)
         self.access_log = build_access_log(self.core, standalone=standalone)
         self.flow = CrawlerFlow(self.core, self.invalidation, self.access_log)
         self.regeneration = build_regeneration(self.core, self.filler, fetch_for_regeneration, clock=clock)
-        self.figures = GateFigures(self.core, regeneration=self.regeneration)
+        self.figures = GateFigures(self.core, regeneration=self.regeneration, flush_fills=self.filler.writer.flush)
         self.admin = build_admin(self.core, self.figures, self.invalidation)
         if settings.front.direct_log:
             direct = DirectLog(

@@ -37,10 +37,18 @@ def wait_for(port: int, timeout_s: float = 30) -> None:
 
 
 def run_wrk(
-    url: str, user_agent: str, seconds: int, connections: int, threads: int = 1, headers: tuple[str, ...] = ()
+    url: str,
+    user_agent: str,
+    seconds: int,
+    connections: int,
+    threads: int = 1,
+    headers: tuple[str, ...] = (),
+    script: str = "",
 ) -> dict[str, float]:
-    """Requests per second, p50/p99 latency in ms and non-2xx count of one wrk run; ``headers`` are more lines."""
+    """Requests per second, p50/p99/longest latency in ms and non-2xx count of one wrk run; ``headers`` are more
+    lines, ``script`` a Lua file that makes the requests."""
     more = [argument for header in headers for argument in ("-H", header)]
+    more += ["-s", script] if script else []
     command = [
         "wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency",
         "-H", f"User-Agent: {user_agent}", "-H", "Accept-Encoding: gzip", *more, url,
@@ -48,11 +56,13 @@ def run_wrk(
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
     latency = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", output, re.MULTILINE))
+    longest = re.search(r"Latency\s+\S+\s+\S+\s+([\d.]+\w+)", output)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
     return {
         "rps": rps,
         "p50_ms": _to_ms(latency["50"]),
         "p99_ms": _to_ms(latency["99"]),
+        "max_ms": _to_ms(longest.group(1)) if longest else 0.0,
         "errors": float(errors.group(1)) if errors else 0.0,
     }
 

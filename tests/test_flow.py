@@ -158,6 +158,7 @@ def test_flow_marked_pages_are_served_until_too_stale(gate: Any) -> None:
 def test_flow_a_persons_view_of_a_stored_page_and_a_write_are_followed_up(gate: Any) -> None:
     runtime, site, _ = gate
     ask(runtime, site, "/showthread.php?t=8", GOOGLEBOT)
+    runtime.filler.writer.flush()  # the filled page on disk
     runtime.core.cache.l1.delete(runtime.core.keys.key_for(b"/showthread.php", b"t=8").digest)
     view = Request("GET", "/showthread.php", b"/showthread.php", b"t=8", PERSON, "203.0.113.9")
     passing = runtime.flow.passing(view, runtime.core.decide(view), time.perf_counter())

@@ -18,7 +18,7 @@ from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.cache import TwoLevelCache
 from crawlergate.config import CacheSettings, L1Settings, L2Settings, ServerSettings, Settings
 from crawlergate.metrics import Metrics
-from crawlergate.stores.disk import DiskStore
+from crawlergate.stores.disk import INDEX_FILE, LOADER_LOCK_FILE, DiskStore
 from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.owner import MARKER_FILE
 from tests.conftest import FIREFOX, MemcachedServer
@@ -138,6 +138,7 @@ async def test_middleware_l2_hit_is_promoted_to_l1(make_gate: Callable[..., Craw
     gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
+        gate.filler.writer.flush()  # the filled page on disk
         gate.cache.l1.delete(gate.core.keys.key_for(b"/t/1").digest)  # type: ignore[union-attr]
         outcomes = [(await client.get("/t/1", headers=GOOGLEBOT)).headers["x-crawlergate"] for _ in range(2)]
     assert outcomes == ["l2-hit", "l1-hit"]
@@ -234,6 +235,7 @@ async def test_middleware_guest_fill_is_sanitised(make_gate: Callable[..., Crawl
     headers = {**GOOGLEBOT, "x-forwarded-host": "evil.test", "x-forwarded-for": "6.6.6.6", "host": "evil.test"}
     async with _client(gate) as client:
         await client.get("/t/1?utm_source=poison&fbclid=1", headers=headers)
+        gate.filler.writer.flush()  # the filled page on disk
     fill = site.seen[0]
     assert "cookie" not in fill.headers and "authorization" not in fill.headers
     # No public_url: the address the request arrived at, never the client's Host or X-Forwarded-Host.
@@ -329,6 +331,7 @@ async def test_middleware_human_view_prefetches_l2_copy_into_l1(
     gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
+        gate.filler.writer.flush()  # the filled page on disk
         gate.cache.l1.delete(gate.core.keys.key_for(b"/t/1").digest)  # type: ignore[union-attr]
         await client.get("/t/1", headers=FIREFOX)
         await gate.drain()
@@ -343,6 +346,7 @@ async def test_middleware_corrupt_l2_page_is_never_served(
     gate = make_gate()
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
+        gate.filler.writer.flush()  # the filled page on disk
         key = gate.core.keys.key_for(b"/t/1")
         assert key is not None
         gate.cache.l1.delete(key.digest)
@@ -408,11 +412,12 @@ async def test_middleware_path_tricks_stay_inside_the_cache(
     l2 = tmp_path / "l2"
     for file in l2.rglob("*"):
         assert file.resolve().is_relative_to(l2.resolve())
-        # Pages, the page catalogue, L2's shared size count and whose folder it is: nothing named by the URL.
+        # Pages, the page catalogue, L2's shared index and its loader's lock, whose folder it is: nothing named by
+        # the URL.
         assert (
             file.is_dir()
             or file.name.endswith(".page")
-            or file.name.startswith(("dirty.sqlite3", ".size", MARKER_FILE))
+            or file.name.startswith(("dirty.sqlite3", INDEX_FILE, LOADER_LOCK_FILE, MARKER_FILE))
         )
 
 
@@ -453,6 +458,7 @@ async def test_middleware_with_memcached_l1_survives_memcached_death(
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
         assert (await client.get("/t/1", headers=GOOGLEBOT)).headers["x-crawlergate"] == "l1-hit"
+        gate.filler.writer.flush()  # the filled page in memcached and on disk
         memcached_server.stop()
         outcomes = [(await client.get("/t/1", headers=GOOGLEBOT)).headers["x-crawlergate"] for _ in range(20)]
     assert outcomes == ["l2-hit"] * 20
@@ -479,6 +485,7 @@ async def test_middleware_memcached_back_is_used_again(
     gate = CrawlerGateMiddleware(site.app(), settings=Settings(), cache=cache)
     async with _client(gate) as client:
         await client.get("/t/1", headers=GOOGLEBOT)
+        gate.filler.writer.flush()  # the filled page in memcached and on disk
         memcached_server.stop()
         during = (await client.get("/t/1", headers=GOOGLEBOT)).headers["x-crawlergate"]
         memcached_server.start()

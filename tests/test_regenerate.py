@@ -256,7 +256,8 @@ async def test_a_budget_of_n_regenerates_exactly_the_n_most_wanted_pages_at_boun
         key = gate.core.keys.key_for_url(f"/t/{number}")
         assert key is not None
         page = Page.from_response(200, b"<p>old</p>", content_type="text/html", generated_at=NOON, ttl_seconds=1e9)
-        gate.filler.store(key, page)
+        gate.filler.writer.write_blocking(key, page, gate.cache.hold(key, page), None)  # as a fill stores it
+    gate.filler.writer.flush()
     # Crawler demand: page 100 + i asked for i times (i = 1..100); the others never.
     for wanted in range(1, 101):
         key = gate.core.keys.key_for_url(f"/t/{100 + wanted}")

@@ -76,6 +76,7 @@ def test_wsgi_humans_pass_and_prefetch(wsgi_site: WsgiSite, tmp_path: Path) -> N
     gate = CrawlerGateWSGI(wsgi_site, settings=_settings(tmp_path))
     with _client(gate) as client:
         client.get("/t/1", headers=GOOGLEBOT)
+        gate.filler.writer.flush()  # the filled page on disk
         key = gate.core.keys.key_for(b"/t/1")
         assert key is not None
         gate.cache.l1.delete(key.digest)

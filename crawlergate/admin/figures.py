@@ -9,19 +9,34 @@ the pages marked changed, and the regeneration's figures when the gate regenerat
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from crawlergate.gate.engine import GateCore
 from crawlergate.regenerate.schedule import OffPeakJob
 
+# How long the figures wait for the filled pages on their way to disk (a second at most: they are figures).
+FLUSH_WAIT_S = 1.0
+
 
 class GateFigures:
-    """What ``stats`` and ``metrics`` report for one gate (``regeneration`` adds its section)."""
+    """What ``stats`` and ``metrics`` report for one gate (``regeneration`` adds its section; ``flush_fills`` waits
+    for the pages filled so far to be written, so the figures count every page crawlers were answered with)."""
 
-    def __init__(self, core: GateCore, *, regeneration: OffPeakJob | None = None) -> None:
+    def __init__(
+        self,
+        core: GateCore,
+        *,
+        regeneration: OffPeakJob | None = None,
+        flush_fills: Callable[[float], bool] | None = None,
+    ) -> None:
         self.core = core
         self.regeneration = regeneration
+        self.flush_fills = flush_fills
 
     def stats(self) -> dict[str, object]:
         core = self.core
+        if self.flush_fills is not None:
+            self.flush_fills(FLUSH_WAIT_S)
         data = core.metrics.snapshot()
         data["valve"] = {**core.valve.status(), "refused": data.pop("refused")}
         data["evidence"] = {
@@ -44,6 +59,8 @@ class GateFigures:
 
     def prometheus(self) -> str:
         core = self.core
+        if self.flush_fills is not None:
+            self.flush_fills(FLUSH_WAIT_S)
         gauges: dict[str, float] = {
             "crawlergate_l2_pages": len(core.cache.l2),
             "crawlergate_l2_bytes": core.cache.l2.used_bytes,

@@ -242,7 +242,9 @@ def _format_stats(data: dict[str, Any]) -> str:
         f"origin: {origin.get('requests', 0):,} guest fills ({origin.get('errors', 0):,} errors), "
         f"p50 {origin.get('ttfb_ms', {}).get('p50', 0):,.2f} ms; origin time for crawlers "
         f"{origin_s.get('crawler', 0):,.1f} s, for humans {origin_s.get('human', 0):,.1f} s",
-        f"L1 {l1.get('backend', '?')}{l1_fill}; L2 {l2.get('pages', 0):,} pages, {l2.get('bytes', 0) / 1e6:.1f} MB; "
+        f"L1 {l1.get('backend', '?')}{l1_fill}; L2 {l2.get('pages', 0):,} pages, {l2.get('bytes', 0) / 1e6:.1f} MB"
+        + (f" (loading the folder: {l2['loading']:.0%})" if "loading" in l2 else "")
+        + "; "
         f"evicted {evictions.get('l1', 0):,} (L1), {evictions.get('l2', 0):,} (L2); prefetches "
         f"{prefetches.get('issued', 0):,} ({prefetches.get('useful', 0):,} useful); "
         f"changed pages {data.get('dirty', 0):,}",

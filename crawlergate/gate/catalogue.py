@@ -87,6 +87,7 @@ CREATE TABLE IF NOT EXISTS pages (
 );
 CREATE INDEX IF NOT EXISTS pages_seq ON pages (seq);
 CREATE INDEX IF NOT EXISTS pages_target ON pages (target);
+CREATE INDEX IF NOT EXISTS pages_marked ON pages (dirty_since) WHERE dirty_since IS NOT NULL;
 CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY CHECK (id = 0), seq INTEGER NOT NULL);
 INSERT OR IGNORE INTO counter VALUES (0, 0);
 """
@@ -113,6 +114,9 @@ class PageCatalogue:
         # Writes of this process not yet read back, and what to do about pages other processes stored or removed.
         self._own_seqs: set[int] = set()
         self.on_replaced: Callable[[list[str]], None] | None = None
+        # Called before the demand is written: the filled pages on their way here (gate/pagewriter.py) arrive
+        # first, so their crawlers' requests count for them.
+        self.before_demand: Callable[[], object] | None = None
         self._data_version = -1
         self._next_warning = 0.0
         # Upkeep: when it is next due, and whether one is under way (at most one at a time).
@@ -150,7 +154,21 @@ class PageCatalogue:
             except (OSError, sqlite3.Error) as exc:
                 raise ConfigError(f"The page catalogue {self.path} is not usable: {exc}.") from None
             self._connection = connection
-            self._refresh_locked(force=True)
+            self._read_marks()
+
+    def _read_marks(self) -> None:
+        """The marked pages and the last sequence number, from one snapshot: the rest of the catalogue (a row per
+        page ever stored, a million on a big site) is never read at start."""
+        database = self._db()
+        (self._data_version,) = database.execute("PRAGMA data_version").fetchone()
+        database.execute("BEGIN")
+        try:
+            self._dirty = dict(
+                database.execute("SELECT digest, dirty_since FROM pages WHERE dirty_since IS NOT NULL").fetchall()
+            )
+            self._seen_seq = int(database.execute("SELECT seq FROM counter WHERE id = 0").fetchone()[0])
+        finally:
+            database.execute("COMMIT")
 
     def _open(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, timeout=WAIT_S, isolation_level=None, check_same_thread=False)
@@ -201,6 +219,8 @@ class PageCatalogue:
             self.refresh()
             if self.clock() >= self._next_flush:
                 self._next_flush = self.clock() + FLUSH_S
+                if self.before_demand is not None:
+                    self.before_demand()
                 self.flush_demand()
         finally:
             self._upkeep_running = False
@@ -251,29 +271,35 @@ class PageCatalogue:
 
     # marking
     def record_stored(self, digest: str, target: str, fetched_at: float | None = None) -> None:
-        """A page was stored: it is in the catalogue, and no longer dirty, unless it was marked after
-        ``fetched_at`` (when its fill began): a change during the fill may be missing from the page.
+        """A page was stored (see ``record_stored_many``)."""
+        self.record_stored_many([(digest, target, fetched_at)])
 
-        A busy or failing index is logged (at most once a minute), never raised: the page is stored anyway.
+    def record_stored_many(self, pages: Iterable[tuple[str, str, float | None]]) -> None:
+        """Pages were stored, each (digest, target, when its fill began), in one transaction: each is in the
+        catalogue, and no longer marked, unless it was marked after its fill began (``None``: now): a change
+        during the fill may be missing from the page.
+
+        A busy or failing index is logged (at most once a minute), never raised: the pages are stored anyway.
         """
         now = self.clock()
-        since = now if fetched_at is None else fetched_at
         try:
             with self._lock, self._writing() as (database, seq):
-                (dirty_since,) = database.execute(
-                    "INSERT INTO pages (digest, target, stored_at, regenerated_at, seq, stored_seq) "
-                    "VALUES (?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (digest) DO UPDATE SET target = excluded.target, stored_at = excluded.stored_at, "
-                    "dirty_since = CASE WHEN dirty_since > ? THEN dirty_since END, "
-                    "reason = CASE WHEN dirty_since > ? THEN reason END, "
-                    "regenerated_at = excluded.regenerated_at, seq = excluded.seq, stored_seq = excluded.seq "
-                    "RETURNING dirty_since",
-                    (digest, target, now, now, seq, seq, since, since),
-                ).fetchone()
-                if dirty_since is None:
-                    self._dirty.pop(digest, None)
-                else:
-                    self._dirty[digest] = dirty_since
+                for digest, target, fetched_at in pages:
+                    since = now if fetched_at is None else fetched_at
+                    (dirty_since,) = database.execute(
+                        "INSERT INTO pages (digest, target, stored_at, regenerated_at, seq, stored_seq) "
+                        "VALUES (?, ?, ?, ?, ?, ?) "
+                        "ON CONFLICT (digest) DO UPDATE SET target = excluded.target, stored_at = excluded.stored_at, "
+                        "dirty_since = CASE WHEN dirty_since > ? THEN dirty_since END, "
+                        "reason = CASE WHEN dirty_since > ? THEN reason END, "
+                        "regenerated_at = excluded.regenerated_at, seq = excluded.seq, stored_seq = excluded.seq "
+                        "RETURNING dirty_since",
+                        (digest, target, now, now, seq, seq, since, since),
+                    ).fetchone()
+                    if dirty_since is None:
+                        self._dirty.pop(digest, None)
+                    else:
+                        self._dirty[digest] = dirty_since
         except sqlite3.Error as exc:
             self._warn("write", exc)
 
@@ -399,12 +425,12 @@ class PageCatalogue:
             raise
         database.execute("COMMIT")
 
-    def _refresh_locked(self, *, force: bool = False) -> None:
+    def _refresh_locked(self) -> None:
         """Read the rows other processes (or this one) changed since the last look."""
         if self._connection is None:
             return
         (version,) = self._connection.execute("PRAGMA data_version").fetchone()
-        if not force and version == self._data_version:
+        if version == self._data_version:
             return
         self._data_version = version
         rows = self._connection.execute(
@@ -418,7 +444,7 @@ class PageCatalogue:
             else:
                 self._dirty[digest] = dirty_since
             # Stored (or removed) since the last look, by another process: even if marked again after.
-            if stored_seq > seen_before and stored_seq not in self._own_seqs and not force:
+            if stored_seq > seen_before and stored_seq not in self._own_seqs:
                 replaced.append(digest)
             self._seen_seq = max(self._seen_seq, seq)
         self._own_seqs = {seq for seq in self._own_seqs if seq > self._seen_seq}

@@ -5,6 +5,8 @@ middleware or the proxy. Concurrent fills of one key share one origin request (s
 Async callers share an asyncio future; blocking callers (WSGI) share a thread event, and their
 fill runs in a small pool so the fill deadline holds however long the site takes: the caller
 answers stale or 504 in time, and the fill may still finish and store the page in the background.
+A filled page is answered at once: L1 and lookups have it, and the writer (gate/pagewriter.py) puts it
+on disk, in the catalogue and in the published tree a few milliseconds later.
 
     filler = Filler(cache, catalogue, storage, valve, clock=time.time, timeout_s=30)   # wiring.build_filler
     result = await filler.fill(key, lambda: origin.fetch_guest(key.target, client=None))
@@ -27,6 +29,7 @@ from crawlergate.errors import OriginError, OriginTimeout
 from crawlergate.gate.answer import INLINE_PAGE_BYTES
 from crawlergate.gate.catalogue import PageCatalogue
 from crawlergate.gate.origin import OriginResponse, PageTooLarge
+from crawlergate.gate.pagewriter import PageWriter
 from crawlergate.gate.storable import StoragePolicy, StoreVerdict
 from crawlergate.gate.valve import OverloadValve
 from crawlergate.keys import CacheKey
@@ -103,9 +106,12 @@ class Filler:
         self._blocking_fills: dict[str, _Flight] = {}
         self._blocking_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="crawlergate-fill")
+        # Filled pages go to disk, the catalogue and the published tree in this thread, after their answer.
+        self.writer = PageWriter(cache, catalogue, self._publish if published is not None else None)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.writer.close()
 
     async def fill(
         self, key: CacheKey, fetch: Callable[[], Awaitable[OriginResponse]], *, previous: Page | None = None
@@ -185,7 +191,9 @@ class Filler:
         else:
             judged = self.judge_fill(key, response, previous, generation_ms)
         if isinstance(judged, Page):
-            await anyio.to_thread.run_sync(self.store, key, judged, fetched_at)
+            data = self.cache.hold(key, judged)
+            if not self.writer.write(key, judged, data, fetched_at):
+                await anyio.to_thread.run_sync(self.writer.write_blocking, key, judged, data, fetched_at)
         return self._counted(judged)
 
     def _fetch_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> Page | NotStored:
@@ -201,7 +209,7 @@ class Filler:
             self.valve.left()
         judged = self.judge_fill(key, response, generation_ms=self._count_fetch(started, key))
         if isinstance(judged, Page):
-            self.store(key, judged, fetched_at)
+            self.writer.write_blocking(key, judged, self.cache.hold(key, judged), fetched_at)
         return self._counted(judged)
 
     def judge_fill(
@@ -224,14 +232,6 @@ class Filler:
         for label in dict.fromkeys(label for label, _ in verdict.reasons):
             self.metrics.count_not_stored(label)
         return NotStored(response, verdict)
-
-    def store(self, key: CacheKey, page: Page, fetched_at: float | None = None) -> None:
-        """Keep a filled page in both levels and in the page catalogue: no longer marked changed, unless marked
-        after ``fetched_at``, when its fill began."""
-        self.cache.store(key, page)
-        self.catalogue.record_stored(key.digest, key.target, fetched_at)
-        if self.published is not None:
-            self._publish(key, page)
 
     def _publish(self, key: CacheKey, page: Page) -> None:
         """The stored page into the published tree, unless it is marked; a copy it replaces that a front server

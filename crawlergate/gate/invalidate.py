@@ -11,6 +11,7 @@ permanent redirect leads one hop to the page it names (WordPress's ``/?p=ID`` to
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterable
 from urllib.parse import unquote, urlsplit
@@ -26,6 +27,11 @@ from crawlergate.gate.writes import WriteRules
 from crawlergate.keys import CacheKey, KeyMaker
 from crawlergate.stores.published import PublishedTree
 
+logger = logging.getLogger(__name__)
+
+# How long a mark waits for the filled pages on their way to the catalogue.
+FLUSH_WAIT_S = 5.0
+
 
 class Invalidation:
     """Marks the pages of one gate changed.
@@ -38,6 +44,8 @@ class Invalidation:
         public: the public site: a Location on it names a page of this site.
         clock: wall-clock time, as the catalogue's.
         published: the tree a front server answers crawlers from, when the gate keeps one.
+        flush_fills: waits until the pages filled so far are in the catalogue (gate/pagewriter.py), so a mark
+            never misses a page a crawler was just answered with.
     """
 
     def __init__(
@@ -52,8 +60,10 @@ class Invalidation:
         public: PublicSite | None,
         clock: Callable[[], float],
         published: PublishedTree | None = None,
+        flush_fills: Callable[[float], bool] | None = None,
     ) -> None:
         self.keys = keys
+        self.flush_fills = flush_fills
         self.published = published
         self.catalogue = catalogue
         self.cache = cache
@@ -78,6 +88,7 @@ class Invalidation:
 
     def invalidate(self, urls: list[str], patterns: list[str], reason: str = "api") -> int:
         """Mark the stored pages of ``urls`` and those matching ``patterns`` changed; returns how many, once each."""
+        self._fills_written()
         keys = [key for key in map(self.keys.key_for_url, urls) if key is not None]
         digests = self._with_variants([*keys, *self._redirect_targets(keys)])
         for pattern in patterns:
@@ -94,6 +105,7 @@ class Invalidation:
         client = self._trusted.client(peer, headers)
         if client is None or client not in self._purgers:
             return plain_response(403, b"PURGE is not allowed from this address.\n", outcome=b"pass")
+        self._fills_written()
         regex = any(name == b"x-purge-method" and value.strip().lower() == b"regex" for name, value in headers)
         try:
             if regex:
@@ -118,6 +130,12 @@ class Invalidation:
         """
         urls, patterns = self.writes.marks(method, path, query, form, self._own_location(location))
         return self.invalidate(urls, patterns, "write-rule") if urls or patterns else 0
+
+    def _fills_written(self) -> None:
+        """Wait for the pages filled so far to be in the catalogue: a mark must find a page crawlers were answered
+        with a moment ago."""
+        if self.flush_fills is not None and not self.flush_fills(FLUSH_WAIT_S):
+            logger.warning("marking pages while the last filled pages are still being written: a mark may miss them")
 
     def _mark(self, digests: list[str], reason: str) -> int:
         """Mark pages in this machine's catalogue, and beside them in a shared memcached L1 for the others.

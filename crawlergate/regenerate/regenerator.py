@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 DAY_S = 86400.0
 # Re-fetch histories are written in batches of this many (a killed pass loses at most these).
 HISTORY_BATCH = 200
+# How long a pass waits for the filled pages on their way to the catalogue, at its start and its end.
+WRITES_WAIT_S = 30.0
 _GONE = (404, 410)
 # Failed fetches of a pass logged and kept in its summary.
 ERROR_SAMPLES = 5
@@ -183,7 +185,7 @@ class Regenerator:
                     if not await pacing.wait(deadline):
                         summary.stopped = "time limit"  # the next turn would come after it
                         return
-                    if over():
+                    if next_job >= len(jobs) or over():  # another worker took the last job during the wait
                         return
                     job = jobs[next_job]
                     next_job += 1
@@ -218,6 +220,9 @@ class Regenerator:
     ) -> tuple[list[_Job], _Revalidation | None, bool]:
         """The fetches of the pass in order, the revalidation schedule they end with (if any), and whether the
         page budget left pages out."""
+        # The pages crawlers were just answered with, and their demand, in the catalogue before it is read.
+        self.filler.writer.flush(WRITES_WAIT_S)
+        self.core.catalogue.flush_demand()
         held = self.core.cache.l2
         catalogue = self.core.catalogue.stored_pages(dirty_only=not (selection.all_pages or selection.revalidate))
         stored = [page for page in catalogue if held.contains(page.digest) or held.path_for(page.digest).exists()]
@@ -316,6 +321,7 @@ class Regenerator:
 
     def _finish(self, schedule: _Revalidation | None, history: list[Refetch], summary: PassSummary) -> None:
         """Write what the pass learnt, and count the marked pages still waiting."""
+        self.filler.writer.flush(WRITES_WAIT_S)  # the pages the pass stored, unmarked in the catalogue
         self.state.record_refetches(history)
         if schedule is not None:
             self.state.save_credits(schedule.credits_after())

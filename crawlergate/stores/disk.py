@@ -1,18 +1,24 @@
 """DiskStore: L2, one file per page under a cache directory, written atomically, capped in size.
 
 A page's file is named by its key digest in one level of 256 shard folders (``ab/abcd….page``),
-never by anything from the URL. Writes go to a temporary file in the same folder, are fsynced,
-then renamed over the old file, so a crash or a full disk never leaves half a page under the
-page's name. The total size is capped, counted as the disk counts it (whole 4 KB blocks): the
-least recently served pages go first. Recency is kept in memory and rebuilt from file times, so a
-read costs no extra system call. Several processes share one directory (``serve --workers``): the
-total is one count in the folder (``.size``), changed under a file lock by every write and delete
-of every process, and a write that takes it past the cap evicts before the lock is let go, so the
-folder never holds more than the cap and one page. Each process rescans the folder now and then
-(``RESCAN_SECONDS``) to learn the recency of the others' pages. A full disk makes a write evict
-pages and try once more instead of failing from then on. What else belongs to a page (its copy in
-the published tree, stores/published.py) is counted in the same total (``alongside``, ``adjust``) and
-goes with the page (``on_delete``, under the same lock).
+never by anything from the URL. Writes go to a temporary file in the same folder, then are renamed
+over the old file, so a crash or a full disk never leaves half a page under the page's name. They are
+not synced: a page a power cut cuts fails its checksum when read, and is fetched again. The total
+size is capped, counted as the disk counts it (whole 4 KB blocks): the least recently used pages go
+first. Sizes, recency and the total live in the folder's shared index (stores/l2index.py), changed
+by every process that writes there (``serve --workers``, the regenerator), so the size is known
+without listing the folder and eviction never lists it either. A write that takes the total past the
+cap evicts before it lets the index go, so the folder holds no more than the cap and one page; a cap
+lowered by much is reached by the housekeeper, a few hundred pages per transaction.
+
+At start the housekeeper of one process per folder (the *loader*) lists the folder once, in the
+background, shard by shard: it adds pages the index misses (an older version's, a crash between a
+rename and its row), drops rows whose file is gone, moves pages of an older layout and removes a
+crash's temporary files. The store serves meanwhile: a read needs no index. Hits are counted in
+memory and written to the index every ``TOUCH_FLUSH_S``. A full disk makes a write evict pages and
+try once more instead of failing from then on. What else belongs to a page (its copy in the
+published tree, stores/published.py) is counted in the same total (``alongside``, ``adjust``) and goes
+with the page (``on_delete``, in the same transaction).
 
     store = DiskStore(Path("/var/cache/crawlergate"), max_bytes=1 << 30)
     store.start()
@@ -25,30 +31,37 @@ import errno
 import fcntl
 import logging
 import os
-import random
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from crawlergate.errors import ConfigError, StoreUnavailable
+from crawlergate.stores.l2index import IndexWrite, L2Index
 from crawlergate.stores.owner import SITES_FOLDER
 
 logger = logging.getLogger(__name__)
 
 SUFFIX = ".page"
 _TEMP_PREFIX = ".tmp-"
-# The total size of the pages, shared by the processes that use the folder: 8 bytes, and its lock.
-_COUNT_FILE = ".size"
+# The shared index of the folder's pages (stores/l2index.py).
+INDEX_FILE = "l2.sqlite3"
+# Held by the process whose housekeeper loads the folder: one loader at a time.
+LOADER_LOCK_FILE = ".loader"
+# The shard folders: the first two characters of a key.
+SHARDS = tuple(f"{number:02x}" for number in range(256))
 # A temporary file older than this is a crashed write's: no write takes a minute.
 _TEMP_STALE_SECONDS = 60.0
 # What a file takes on disk: whole blocks of this size (ext4's and most file systems' default).
 BLOCK_BYTES = 4096
 # The folder of the published tree (stores/published.py): its files count against the cap too.
 PUBLISHED_FOLDER = "published"
-# How often a process recounts the directory, which other processes write to too.
-RESCAN_SECONDS = 30.0
+# How often the housekeeper writes the hits counted in memory and looks at the total.
+TOUCH_FLUSH_S = 2.0
+# Pages a write evicts at most before it lets the index go; the housekeeper evicts the rest, as many a transaction.
+EVICT_BATCH = 256
+# The loader's pause between two shards, so it leaves the cores to the requests.
+LOAD_PAUSE_S = 0.005
 # On a full disk, a write first frees this share of the cache (or twice the page, if more).
 ENOSPC_EVICT_SHARE = 0.1
 
@@ -62,261 +75,359 @@ class DiskStore:
         *,
         max_bytes: int,
         page_max_bytes: int = 8 * 1024 * 1024,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.root = root
+        self._root = str(root)
         self.max_bytes = max_bytes
         self.page_max_bytes = page_max_bytes
-        self.used_bytes = 0
-        self._recency: OrderedDict[str, int] = OrderedDict()
-        self._lock = threading.Lock()
-        # The shared count: a thread of this process at a time (flock does not tell threads apart), then
-        # a process at a time.
-        self._count_lock = threading.Lock()
-        self._count_fd = -1
-        self._count_pid = 0
+        self.index = L2Index(root / INDEX_FILE)
         self._clock = clock
-        self._rescan_at = 0.0
+        # Hits since the housekeeper last wrote them: key -> when (a dict assignment: no lock on the read path).
+        self._used: dict[str, float] = {}
+        self._started_at = 0.0
+        self._loaded = threading.Event()
+        self._stopping = threading.Event()
+        self._over_cap = threading.Event()
+        self._housekeeper: threading.Thread | None = None
+        self._housekeeper_pid = 0
         # Called once for each page deleted to stay within max_bytes (the cache counts them).
         self.on_evict: Callable[[], None] = _nothing
-        # Called under the shared lock for each page deleted or evicted: drops what else belongs to the page (its
-        # published copy) and returns the bytes that freed.
+        # Called in the index's transaction for each page deleted or evicted: drops what else belongs to the page
+        # (its published copy) and returns the bytes that freed.
         self.on_delete: Callable[[str], int] = _no_twin
 
     def start(self) -> None:
-        """Create the directory, drop temporary files a crash left behind, and index the pages."""
+        """Create the directory and open its index, then load the folder in the background (see the module)."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             probe = self.root / f"{_TEMP_PREFIX}probe-{os.getpid()}-{threading.get_ident()}"
             probe.write_bytes(b"")
             probe.unlink()
-            self._open_count()
-        except OSError as exc:
-            raise ConfigError(f"Cache directory '{self.root}' is not usable: {exc.strerror or exc}.") from None
-        self._rescan(moving=True)
+            self.index.open()
+        except (OSError, StoreUnavailable) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ConfigError(f"Cache directory '{self.root}' is not usable: {reason}.") from None
+        self._started_at = self._clock()
+        self._loaded.clear()
+        self._start_housekeeper()
 
-    def _rescan(self, *, moving: bool = False) -> None:
-        """Count the pages on disk afresh (other processes write here too), then evict past the cap.
+    def close(self) -> None:
+        self._stopping.set()
+        if self._housekeeper is not None and self._housekeeper_pid == os.getpid():
+            self._housekeeper.join(timeout=5)
+        self._housekeeper = None
+        self._flush_used()
+        self.index.close()
 
-        Pages this process served keep their place in its recency order; the others go by file time.
-        ``moving`` also moves pages of an older folder layout to their place and drops temporary files.
-        """
-        found: list[tuple[float, str, int]] = []
-        published_bytes = 0
-        published = os.path.join(self.root, PUBLISHED_FOLDER)
-        # Other sites' default folders sit under the folder older versions shared: never counted (or moved) here.
-        for path in walk_files(self.root, skip=os.path.join(self.root, SITES_FOLDER)):
-            folder, name = os.path.split(path)
-            if folder.startswith(published) and not name.startswith(_TEMP_PREFIX):
-                with contextlib.suppress(OSError):
-                    published_bytes += on_disk(os.lstat(path).st_size)
-            elif name.startswith(_TEMP_PREFIX):
-                # A crash's leftovers; not a write another process (a worker beside this one) has under way.
-                with contextlib.suppress(OSError):
-                    if moving and os.stat(path).st_mtime < time.time() - _TEMP_STALE_SECONDS:
-                        os.unlink(path)
-            elif name.endswith(SUFFIX):
-                with contextlib.suppress(OSError):
-                    key = name.removesuffix(SUFFIX)
-                    if moving and Path(path) != self.path_for(key):
-                        self.path_for(key).parent.mkdir(parents=True, exist_ok=True)
-                        os.replace(path, self.path_for(key))
-                    stat = os.stat(self.path_for(key))
-                    found.append((stat.st_mtime, key, on_disk(stat.st_size)))
-        found.sort()
-        with self._lock:
-            served = [key for key in self._recency]
-            self._recency = OrderedDict((key, size) for _, key, size in found)
-            for key in served:
-                if key in self._recency:
-                    self._recency.move_to_end(key)
-            self._rescan_at = self._clock() + RESCAN_SECONDS
-        with self._counted() as total:
-            if moving:  # at start: the folder as it is, whatever a crash left in the count
-                total[0] = sum(size for _, _, size in found) + published_bytes
-            self._evict_past_cap(total)
+    def wait_loaded(self, timeout: float) -> bool:
+        """Whether the folder was loaded (by this process or another) within ``timeout`` seconds."""
+        return self._loaded.wait(timeout)
 
     def __len__(self) -> int:
-        return len(self._recency)
+        return self.index.totals()[0]
+
+    @property
+    def used_bytes(self) -> int:
+        return self.index.totals()[1]
+
+    def loading(self) -> float | None:
+        """How much of the folder the loader has read (0 to 1), or None when it is loaded."""
+        return self.figures()[2]
+
+    def figures(self) -> tuple[int, int, float | None]:
+        """Pages, bytes counted and ``loading``, read at once."""
+        pages, used_bytes, shards, _ = self.index.totals()
+        return pages, used_bytes, None if shards <= 0 else 1 - shards / len(SHARDS)
 
     def contains(self, key: str) -> bool:
-        """Whether this process knows the page is on disk (its index; no system call)."""
-        return key in self._recency
+        """Whether the page is on disk (one stat of its file: no read, no index)."""
+        return self.has_file(key)
 
     def path_for(self, key: str) -> Path:
         return self.root / key[0:2] / (key + SUFFIX)
 
+    def _file(self, key: str) -> str:
+        """``path_for`` as a string: no Path object on the read and write paths."""
+        return f"{self._root}/{key[0:2]}/{key}{SUFFIX}"
+
     def has_file(self, key: str) -> bool:
         """Whether the page's file is on disk now (asks the disk: another process may have written it)."""
-        return self.path_for(key).exists()
+        return os.path.exists(self._file(key))
 
     def alongside(self, key: str, work: Callable[[], int]) -> bool:
-        """Run ``work`` under the shared lock if the page's file is there, counting the bytes it returns as added
-        (and evicting past the cap, never this page); False when the page is gone."""
-        with self._counted() as total:
+        """Run ``work`` in the index's transaction if the page's file is there, counting the bytes it returns as
+        added (and evicting past the cap, never this page); False when the page is gone."""
+        with self.index.writing() as write:
             if not self.path_for(key).exists():
                 return False
-            total[0] += work()
-            self._evict_past_cap(total, keep=key)
+            write.add_other(work())
+            self._evict_past_cap(write, keep=key)
         return True
 
     def adjust(self, work: Callable[[], int]) -> None:
-        """Run ``work`` under the shared lock, counting the bytes it returns as added (negative: freed)."""
-        with self._counted() as total:
-            total[0] += work()
+        """Run ``work`` in the index's transaction, counting the bytes it returns as added (negative: freed)."""
+        with self.index.writing() as write:
+            write.add_other(work())
 
     def get(self, key: str) -> bytes | None:
         try:
-            data = self.path_for(key).read_bytes()
+            with open(self._file(key), "rb") as page:
+                data = page.read()
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise StoreUnavailable(f"L2 read of {key}: {exc.strerror}") from exc
-        with self._lock:
-            if key in self._recency:
-                self._recency.move_to_end(key)
+        self._used[key] = self._clock()
         return data
 
     def set(self, key: str, value: bytes) -> None:
-        if len(value) > self.page_max_bytes:
-            return
+        self.set_many([(key, value)])
+
+    def set_many(self, pages: list[tuple[str, bytes]]) -> None:
+        """Write pages: each to a temporary file, then all put in place and counted in one index transaction,
+        which evicts past the cap before it ends. A full disk makes room and tries once more. Raises
+        StoreUnavailable, once the others are written, when a page could not be."""
+        failed: OSError | None = None
+        ready: dict[str, tuple[str, int]] = {}  # key -> its temporary file and size, until put in place
         try:
-            self._write(key, value)
+            for key, value in pages:
+                if len(value) > self.page_max_bytes:
+                    continue
+                try:
+                    ready[key] = (self._write_temp(key, value), on_disk(len(value)))
+                except OSError as exc:
+                    failed = exc
+            if ready:
+                last = next(reversed(ready))
+                with self.index.writing() as write:
+                    now = self._clock()
+                    for key, (temp, size) in list(ready.items()):
+                        try:
+                            self._place(write, temp, key, size)
+                        except OSError as exc:
+                            failed = exc
+                            continue
+                        del ready[key]
+                        write.put(key, size, now)
+                    self._evict_past_cap(write, keep=last)
+        finally:
+            for temp, _ in ready.values():
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)  # not put in place
+        if failed is not None:
+            raise StoreUnavailable(f"L2 write: {failed.strerror or failed}") from failed
+
+    def _write_temp(self, key: str, value: bytes) -> str:
+        """The page in a temporary file beside its place; a full disk makes room for one more try."""
+        folder = f"{self._root}/{key[0:2]}"
+        temp = f"{folder}/{_TEMP_PREFIX}{key}-{os.getpid()}-{threading.get_ident()}"
+        for attempt in (1, 2):
+            try:
+                try:
+                    handle = open(temp, "wb")  # noqa: SIM115 - closed below, whichever open made it
+                except FileNotFoundError:  # the shard's first page
+                    os.makedirs(folder, exist_ok=True)
+                    handle = open(temp, "wb")  # noqa: SIM115
+                with handle:
+                    handle.write(value)
+                return temp
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
+                if exc.errno != errno.ENOSPC or attempt == 2:
+                    raise
+                # The disk is full (of our pages or of something else): make room, then try once more.
+                with self.index.writing() as write:
+                    self._make_room(write, len(value), key)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _place(self, write: IndexWrite, temp: str, key: str, size: int) -> None:
+        """Rename the temporary file over the page's (in the index's transaction); a full disk makes room."""
+        try:
+            os.replace(temp, self._file(key))
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
-                raise StoreUnavailable(f"L2 write of {key}: {exc.strerror}") from exc
-            # The disk is full (of our pages or of something else): make room, then try once more.
-            self._free(max(int(self.used_bytes * ENOSPC_EVICT_SHARE), 2 * on_disk(len(value))))
-            try:
-                self._write(key, value)
-            except OSError as again:
-                raise StoreUnavailable(f"L2 write of {key}: {again.strerror}") from again
-        if self._clock() >= self._rescan_at:
-            self._rescan()
+                raise
+            self._make_room(write, size, key)
+            os.replace(temp, self._file(key))
 
-    def _write(self, key: str, value: bytes) -> None:
-        """The page written to a temporary file and synced, then put in place and counted under the shared lock,
-        evicting past the cap before the lock is let go."""
-        path = self.path_for(key)
-        temp = path.with_name(f"{_TEMP_PREFIX}{key}-{os.getpid()}-{threading.get_ident()}")
-        size = on_disk(len(value))
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(temp, "wb") as handle:
-                handle.write(value)
-                handle.flush()
-                os.fsync(handle.fileno())
-            with self._counted() as total:
-                replaced = _size_of(path)
-                os.replace(temp, path)
-                total[0] += size - replaced
-                with self._lock:
-                    self._recency.pop(key, None)
-                    self._recency[key] = size
-                self._evict_past_cap(total, keep=key)
-        except OSError:
-            with contextlib.suppress(OSError):
-                temp.unlink()
-            raise
+    def _make_room(self, write: IndexWrite, size: int, keep: str) -> None:
+        """Evict the least recently used pages, a share of the cache (or twice the page, if more): a full disk."""
+        wanted = max(int(write.total_bytes() * ENOSPC_EVICT_SHARE), 2 * on_disk(size))
+        self._evict_down_to(write, max(0, write.total_bytes() - wanted), keep, wanted // BLOCK_BYTES + 1)
 
     def delete(self, key: str) -> None:
         try:
-            with self._counted() as total:
-                path = self.path_for(key)
-                size = _size_of(path)
+            with self.index.writing() as write:
                 with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-                total[0] -= size + self.on_delete(key)
+                    self.path_for(key).unlink()
+                write.remove(key)
+                write.add_other(-self.on_delete(key))
         except OSError as exc:
             raise StoreUnavailable(f"L2 delete of {key}: {exc.strerror}") from exc
-        with self._lock:
-            self._recency.pop(key, None)
+        self._used.pop(key, None)
 
     def digests(self) -> list[str]:
-        with self._lock:
-            return list(self._recency)
+        return self.index.keys()
 
-    def close(self) -> None:
-        with self._count_lock:
-            if self._count_fd >= 0:
-                os.close(self._count_fd)
-                self._count_fd = -1
-                self._count_pid = 0
+    def _evict_past_cap(self, write: IndexWrite, keep: str = "") -> None:
+        """Evict down to the cap, at most EVICT_BATCH pages; the housekeeper goes on if that was not enough."""
+        if not self._evict_down_to(write, self.max_bytes, keep, EVICT_BATCH):
+            self._over_cap.set()
 
-    def _open_count(self) -> None:
-        if self._count_fd >= 0:
-            os.close(self._count_fd)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._count_fd = os.open(self.root / _COUNT_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        self._count_pid = os.getpid()
-
-    @contextlib.contextmanager
-    def _counted(self) -> Iterator[list[int]]:
-        """The shared total, as a one-item list to change, held under the lock of every process of the folder."""
-        with self._count_lock:
-            if self._count_pid != os.getpid():
-                # Opened here, not in __init__: a store written to before start(), or a forked child (a pre-forking
-                # server), whose inherited descriptor flock would not tell from its parent's.
-                self._open_count()
-            fd = self._count_fd
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                raw = os.pread(fd, 8, 0)
-                total = [max(0, int.from_bytes(raw, "little", signed=True)) if len(raw) == 8 else 0]
-                before = total[0]
+    def _evict_down_to(self, write: IndexWrite, goal: int, keep: str, most: int) -> bool:
+        """In the index's transaction: delete the least recently used pages (but ``keep``), at most ``most``,
+        until the total is at most ``goal``; whether it got there."""
+        total = write.total_bytes()
+        if total > goal:
+            # This process's hits first, so its own recent pages are not taken for old ones (other processes' hits
+            # are at most TOUCH_FLUSH_S late).
+            used, self._used = self._used, {}
+            write.mark_used(used)
+        evicted = 0
+        while total > goal and evicted < most:
+            victims = [row for row in write.least_recently_used(min(64, most - evicted) + 1) if row[0] != keep]
+            if not victims:
+                return True  # nothing left to evict but the page just written (or what is held beside pages)
+            for victim, size in victims[: most - evicted]:
                 try:
-                    yield total
-                finally:
-                    if total[0] != before:
-                        os.pwrite(fd, max(0, total[0]).to_bytes(8, "little", signed=True), 0)
-                    self.used_bytes = max(0, total[0])
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                    os.unlink(self._file(victim))
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    logger.warning("could not evict L2 page %s: %s", victim, exc.strerror)
+                write.remove(victim)
+                freed = self.on_delete(victim)
+                write.add_other(-freed)
+                self._used.pop(victim, None)
+                total -= size + freed
+                evicted += 1
+                self.on_evict()
+                if total <= goal:
+                    break
+        return total <= goal
 
-    def _evict_past_cap(self, total: list[int], keep: str = "") -> None:
-        self._evict_down_to(total, self.max_bytes, keep)
+    # the housekeeper
+    def _start_housekeeper(self) -> None:
+        self._stopping.clear()
+        self._housekeeper = threading.Thread(target=self._housekeep, name="crawlergate-l2", daemon=True)
+        self._housekeeper_pid = os.getpid()
+        self._housekeeper.start()
 
-    def _free(self, wanted_bytes: int) -> None:
-        """Delete the least recently served pages until ``wanted_bytes`` are freed (a full disk)."""
-        with self._counted() as total:
-            self._evict_down_to(total, max(0, total[0] - wanted_bytes))
-
-    def _page_on_disk(self, keep: str) -> str | None:
-        """Some page in the folder other than ``keep`` (the shard folders from a random one on)."""
-        start = random.randrange(256)
-        for number in range(256):
-            shard = self.root / f"{(start + number) % 256:02x}"
-            with contextlib.suppress(OSError), os.scandir(shard) as entries:
-                for entry in entries:
-                    key = entry.name.removesuffix(SUFFIX)
-                    if entry.name.endswith(SUFFIX) and key != keep:
-                        return key
-        return None
-
-    def _evict_down_to(self, total: list[int], goal: int, keep: str = "") -> None:
-        """Under the shared lock: delete the least recently served pages this process knows (but ``keep``) until
-        the total is at most ``goal``."""
-        while total[0] > goal:
-            with self._lock:
-                victim = next((key for key in self._recency if key != keep), None)
-                if victim is not None:
-                    self._recency.pop(victim)
-            from_disk = victim is None
-            if victim is None:
-                # Only pages other processes wrote since this one last looked: one of them, from the disk.
-                victim = self._page_on_disk(keep)
-                if victim is None:
-                    return
-            path = self.path_for(victim)
-            size = _size_of(path)
+    def _housekeep(self) -> None:
+        while True:
             try:
-                path.unlink()
-            except OSError:
-                if from_disk:
-                    return  # a page that cannot be deleted would be picked again and again
-                continue
-            total[0] -= size + self.on_delete(victim)
-            self.on_evict()
+                if not self._loaded.is_set():
+                    self._load_if_nobody_does()
+                self._flush_used()
+                while self._over_cap.is_set() and not self._stopping.is_set():
+                    with self.index.writing() as write:
+                        if self._evict_down_to(write, self.max_bytes, "", EVICT_BATCH):
+                            self._over_cap.clear()
+                    time.sleep(LOAD_PAUSE_S)
+                if self.used_bytes > self.max_bytes:
+                    self._over_cap.set()  # another process's write, a lowered cap, or the loader's finds
+            except (OSError, StoreUnavailable) as exc:
+                logger.warning("L2 upkeep of %s failed (tried again in %.0f s): %s", self.root, TOUCH_FLUSH_S, exc)
+            if self._stopping.wait(0 if self._over_cap.is_set() else TOUCH_FLUSH_S):
+                return
+
+    def _flush_used(self) -> None:
+        used, self._used = self._used, {}
+        if used:
+            self.index.touch(used)
+
+    def _load_if_nobody_does(self) -> None:
+        """Load the folder unless another process is at it; done once a load ended after this store started."""
+        if self.index.totals()[3] >= self._started_at:
+            self._loaded.set()
+            return
+        with open(self.root / LOADER_LOCK_FILE, "a+b") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # another process loads: its end is seen at a later turn
+            if self.index.totals()[3] >= self._started_at:
+                self._loaded.set()
+                return
+            self._load()
+
+    def _load(self) -> None:
+        """List the folder once, shard by shard, each in a transaction of its own: the index and the files
+        agree after it (see the module)."""
+        began = time.monotonic()
+        with self.index.writing() as write:
+            write.set_loading(len(SHARDS))
+            self._move_pages_of_older_layouts(write)
+        for done, shard in enumerate(SHARDS, start=1):
+            if self._stopping.is_set():
+                return
+            with self.index.writing() as write:
+                self._load_shard(write, shard)
+                write.set_loading(len(SHARDS) - done)
+            time.sleep(LOAD_PAUSE_S)
+        published = published_bytes(self.root / PUBLISHED_FOLDER)
+        with self.index.writing() as write:
+            # Publishes during the walk may be counted twice or not at all: off by a few pages, once per start.
+            write.set_other(published)
+            write.set_loading(0, loaded_at=self._clock())
+        pages, total, _, _ = self.index.totals()
+        logger.info(
+            "L2 %s loaded in %.1f s: %s pages, %.1f MB", self.root, time.monotonic() - began, f"{pages:,}", total / 1e6
+        )
+        self._loaded.set()
+
+    def _load_shard(self, write: IndexWrite, shard: str) -> None:
+        found: dict[str, int] = {}
+        stale = time.time() - _TEMP_STALE_SECONDS
+        folder = self.root / shard
+        with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith(_TEMP_PREFIX):
+                    with contextlib.suppress(OSError):
+                        if entry.stat(follow_symlinks=False).st_mtime < stale:
+                            os.unlink(entry.path)  # a crash's; not a write under way in a worker beside this one
+                elif name.endswith(SUFFIX):
+                    found[name.removesuffix(SUFFIX)] = 0
+                elif entry.is_dir(follow_symlinks=False):
+                    for key in self._move_pages_under(entry.path):
+                        if key.startswith(shard):
+                            found[key] = 0
+        indexed = write.keys_from(shard)
+        write.remove_many([key for key in indexed if key not in found])
+        new = []
+        for key in found.keys() - indexed:
+            with contextlib.suppress(OSError):
+                stat = os.stat(self.path_for(key))
+                new.append((key, on_disk(stat.st_size), stat.st_mtime))
+        write.put_many(new)
+
+    def _move_pages_of_older_layouts(self, write: IndexWrite) -> None:
+        """Pages at the top of the folder or in folders other than the shards (older versions' layouts)."""
+        skipped = {PUBLISHED_FOLDER, SITES_FOLDER, *SHARDS}
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                if entry.name.endswith(SUFFIX) and entry.is_file(follow_symlinks=False):
+                    self._move_page(entry.path)
+                elif entry.name not in skipped and entry.is_dir(follow_symlinks=False):
+                    list(self._move_pages_under(entry.path))
+
+    def _move_pages_under(self, folder: str) -> Iterator[str]:
+        for path in walk_files(Path(folder)):
+            if path.endswith(SUFFIX) and not os.path.basename(path).startswith(_TEMP_PREFIX):
+                key = self._move_page(path)
+                if key is not None:
+                    yield key
+
+    def _move_page(self, path: str) -> str | None:
+        key = os.path.basename(path).removesuffix(SUFFIX)
+        with contextlib.suppress(OSError):
+            self.path_for(key).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, self.path_for(key))
+            return key
+        return None
 
 
 def walk_files(root: Path, *, skip: str = "") -> Iterator[str]:
@@ -332,6 +443,16 @@ def walk_files(root: Path, *, skip: str = "") -> Iterator[str]:
                         folders.append(entry.path)
                 else:
                     yield entry.path
+
+
+def published_bytes(folder: Path) -> int:
+    """What the files of the published tree take on disk, as counted."""
+    total = 0
+    for path in walk_files(folder):
+        if not os.path.basename(path).startswith(_TEMP_PREFIX):
+            with contextlib.suppress(OSError):
+                total += on_disk(os.lstat(path).st_size)
+    return total
 
 
 def on_disk(size: int) -> int:

@@ -51,8 +51,9 @@
     text("time-saved", seconds(data.origin_time_saved_s));
     text("origin-requests", count(data.origin.requests));
     text("prefetches", count(data.prefetches.issued) + " prefetches, " + count(data.prefetches.useful) + " useful");
-    text("l2-pages", count(data.l2.pages) + " pages");
-    // The embedded L1 is each worker's own, and each worker recounts L2 every 30 s: these are the answering worker's.
+    text("l2-pages", count(data.l2.pages) + " pages" +
+      (data.l2.loading === undefined ? "" : " (loading the folder: " + percent(data.l2.loading) + ")"));
+    // The embedded L1 is each worker's own: these are the answering worker's. L2's figures are the folder's.
     const l1 = data.l1.max_bytes ? bytes(data.l1.used_bytes) + " of " + bytes(data.l1.max_bytes) + " in this worker's L1" : "L1 " + data.l1.backend;
     text("cache-detail", l1 + " · " + bytes(data.l2.bytes) + " of " + bytes(data.l2.max_bytes) + " in L2 · " +
       count(data.evictions.l1 + data.evictions.l2) + " evicted");

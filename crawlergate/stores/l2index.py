@@ -1,0 +1,238 @@
+"""L2Index: what one L2 folder holds, shared by every process that uses it, in one SQLite file.
+
+Each page's row has its size on disk and when it was last used; one more row has the totals (pages, their bytes,
+the bytes of what else the folder holds for them: the published tree). Triggers keep the totals with the rows in
+the same transaction, so the folder's size is known without listing it, and the least recently used pages are the
+first rows of an index: eviction costs a lookup per page, whatever the folder holds. This is nginx's key zone
+(a shared LRU of metadata) in a file: the processes of ``serve --workers`` and the off-peak regenerator share it.
+
+A write transaction (``writing``) is also the lock under which a page's file changes: a file is renamed into
+place or unlinked while its row changes, so no process sees one without the other for long, and a loader that
+lists a shard under the same lock finds them agreeing (a crash between the two is what the loader repairs).
+
+Nothing here is synced to disk (``synchronous=OFF``): the index can be rebuilt from the files, which the loader
+does for a damaged file, so a power cut costs a rebuild, never a page.
+
+    index = L2Index(Path("/var/cache/crawlergate/l2.sqlite3"))
+    index.open()
+    with index.writing() as write:
+        write.put("ab12…", 4096, time.time())
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from crawlergate.errors import StoreUnavailable
+
+logger = logging.getLogger(__name__)
+
+# How long a process waits for another's write transaction (the loader holds one for a shard's few milliseconds).
+WAIT_S = 10.0
+# The WAL is cut back to this size after each checkpoint.
+WAL_MAX_BYTES = 4 * 1024 * 1024
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pages (key TEXT PRIMARY KEY, bytes INTEGER NOT NULL, used REAL NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS pages_by_use ON pages (used);
+CREATE TABLE IF NOT EXISTS totals (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    pages INTEGER NOT NULL,
+    page_bytes INTEGER NOT NULL,
+    other_bytes INTEGER NOT NULL,
+    shards_to_load INTEGER NOT NULL,
+    loaded_at REAL NOT NULL
+);
+INSERT OR IGNORE INTO totals VALUES (0, 0, 0, 0, 0, 0);
+CREATE TRIGGER IF NOT EXISTS page_added AFTER INSERT ON pages BEGIN
+    UPDATE totals SET pages = pages + 1, page_bytes = page_bytes + NEW.bytes WHERE id = 0;
+END;
+CREATE TRIGGER IF NOT EXISTS page_removed AFTER DELETE ON pages BEGIN
+    UPDATE totals SET pages = pages - 1, page_bytes = page_bytes - OLD.bytes WHERE id = 0;
+END;
+CREATE TRIGGER IF NOT EXISTS page_resized AFTER UPDATE OF bytes ON pages BEGIN
+    UPDATE totals SET page_bytes = page_bytes - OLD.bytes + NEW.bytes WHERE id = 0;
+END;
+"""
+
+
+class IndexWrite:
+    """The index inside one write transaction (see ``L2Index.writing``)."""
+
+    def __init__(self, database: sqlite3.Connection) -> None:
+        self._database = database
+
+    def total_bytes(self) -> int:
+        """The folder's size as counted: the pages and what else is held for them."""
+        (total,) = self._database.execute("SELECT page_bytes + other_bytes FROM totals WHERE id = 0").fetchone()
+        return max(0, int(total))
+
+    def bytes_of(self, key: str) -> int:
+        """The page's size as counted; 0 when it has no row."""
+        row = self._database.execute("SELECT bytes FROM pages WHERE key = ?", (key,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def put(self, key: str, size: int, used: float) -> None:
+        self._database.execute(
+            "INSERT INTO pages VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET bytes = excluded.bytes, "
+            "used = excluded.used",
+            (key, size, used),
+        )
+
+    def put_many(self, rows: list[tuple[str, int, float]]) -> None:
+        self._database.executemany("INSERT OR IGNORE INTO pages VALUES (?, ?, ?)", rows)
+
+    def remove(self, key: str) -> int:
+        """Drop the page's row; the bytes it counted (0 when there was none)."""
+        row = self._database.execute("DELETE FROM pages WHERE key = ? RETURNING bytes", (key,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def mark_used(self, used: dict[str, float]) -> None:
+        rows = [(when, key) for key, when in used.items()]
+        self._database.executemany("UPDATE pages SET used = ? WHERE key = ?", rows)
+
+    def remove_many(self, keys: list[str]) -> None:
+        self._database.executemany("DELETE FROM pages WHERE key = ?", [(key,) for key in keys])
+
+    def least_recently_used(self, count: int) -> list[tuple[str, int]]:
+        """The ``count`` pages used longest ago, with their sizes."""
+        return self._database.execute("SELECT key, bytes FROM pages ORDER BY used LIMIT ?", (count,)).fetchall()
+
+    def keys_from(self, prefix: str) -> set[str]:
+        """The keys that start with a shard's two characters (a range of the primary key, not a scan)."""
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        rows = self._database.execute("SELECT key FROM pages WHERE key >= ? AND key < ?", (prefix, upper))
+        return {key for (key,) in rows}
+
+    def add_other(self, size: int) -> None:
+        """Count ``size`` bytes more (negative: fewer) of what the folder holds beside the pages."""
+        if size:
+            self._database.execute("UPDATE totals SET other_bytes = MAX(0, other_bytes + ?) WHERE id = 0", (size,))
+
+    def set_other(self, size: int) -> None:
+        self._database.execute("UPDATE totals SET other_bytes = ? WHERE id = 0", (max(0, size),))
+
+    def set_loading(self, shards_to_load: int, *, loaded_at: float | None = None) -> None:
+        if loaded_at is None:
+            self._database.execute("UPDATE totals SET shards_to_load = ? WHERE id = 0", (shards_to_load,))
+        else:
+            self._database.execute(
+                "UPDATE totals SET shards_to_load = ?, loaded_at = ? WHERE id = 0", (shards_to_load, loaded_at)
+            )
+
+
+class L2Index:
+    """The shared index file of one L2 folder; every call is safe from any thread, and after a fork."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._connection: sqlite3.Connection | None = None
+        self._pid = 0
+
+    def open(self) -> None:
+        """Open (or create) the file; a damaged one is moved aside (``….damaged-<pid>``) and begun anew, for the
+        loader to fill from the folder. Raises StoreUnavailable when the folder cannot hold it."""
+        with self._lock:
+            self._open_locked()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._connection is not None and self._pid == os.getpid():
+                self._connection.close()
+            self._connection = None
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[IndexWrite]:
+        """One write transaction, which is also the folder's lock: one thread of one process at a time."""
+        with self._lock:
+            database = self._database()
+            try:
+                database.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"L2 index {self.path}: {exc}") from exc
+            try:
+                yield IndexWrite(database)
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    database.execute("ROLLBACK")
+                raise
+            try:
+                database.execute("COMMIT")
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    database.execute("ROLLBACK")
+                raise StoreUnavailable(f"L2 index {self.path}: {exc}") from exc
+
+    def totals(self) -> tuple[int, int, int, float]:
+        """(pages, bytes counted, shards still to load, when the last load ended)."""
+        row = self._read("SELECT pages, page_bytes + other_bytes, shards_to_load, loaded_at FROM totals WHERE id = 0")
+        if not row:
+            return 0, 0, 0, 0.0
+        pages, total, shards, loaded_at = row[0]
+        return max(0, int(pages)), max(0, int(total)), int(shards), float(loaded_at)
+
+    def keys(self) -> list[str]:
+        return [key for (key,) in self._read("SELECT key FROM pages")]
+
+    def touch(self, used: dict[str, float]) -> None:
+        """Record when pages were last used (many at once: hits are counted in memory, then written)."""
+        if not used:
+            return
+        with self.writing() as write:
+            write.mark_used(used)
+
+    def _read(self, query: str) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return self._database().execute(query).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"L2 index {self.path}: {exc}") from exc
+
+    def _database(self) -> sqlite3.Connection:
+        if self._connection is None or self._pid != os.getpid():
+            # A forked child (a pre-forking server) must not share its parent's connection.
+            self._connection = None
+            self._open_locked()
+        assert self._connection is not None
+        return self._connection
+
+    def _open_locked(self) -> None:
+        if self._connection is not None and self._pid == os.getpid():
+            return
+        try:
+            try:
+                connection = _connect(self.path)
+            except sqlite3.OperationalError:
+                raise  # cannot be opened, or busy: not a damaged file
+            except sqlite3.DatabaseError as exc:
+                aside = self.path.with_name(f"{self.path.name}.damaged-{os.getpid()}")
+                logger.warning("the L2 index %s is damaged (%s): moved to %s, rebuilt", self.path, exc, aside)
+                for suffix in ("", "-wal", "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
+                connection = _connect(self.path)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreUnavailable(f"L2 index {self.path} is not usable: {exc}") from None
+        self._connection = connection
+        self._pid = os.getpid()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, timeout=WAIT_S, isolation_level=None, check_same_thread=False)
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=OFF")
+        connection.execute(f"PRAGMA journal_size_limit={WAL_MAX_BYTES}")
+        connection.executescript(_SCHEMA)
+    except sqlite3.Error:
+        connection.close()
+        raise
+    return connection
