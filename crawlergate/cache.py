@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from crawlergate.errors import StoreUnavailable
+from crawlergate.forksafe import after_fork_in_child
 from crawlergate.keys import CacheKey
 from crawlergate.metrics import Metrics
 from crawlergate.page import CorruptPage, Page
@@ -85,9 +86,12 @@ class TwoLevelCache:
         # Big L2 pages some request is still sending, by digest; they leave when the last sender lets go.
         self._l2_in_use: weakref.WeakValueDictionary[str, Page] = weakref.WeakValueDictionary()
         self._prefetched: OrderedDict[str, None] = OrderedDict()
-        # Filled pages on their way to disk (gate/pagewriter.py), by digest: found by lookups meanwhile.
+        # Filled pages on their way to disk (gate/pagewriter.py), by digest: found by lookups meanwhile. The short
+        # lock guards the map; the long one a batch's writes against an invalidation of one of its pages.
         self._held: dict[str, Page] = {}
         self._held_lock = threading.Lock()
+        self._writing_lock = threading.Lock()
+        after_fork_in_child(self, TwoLevelCache._forget_parent)
         if isinstance(l1, MemoryStore):  # memcached evicts by itself: its own `stats` counts them
             l1.on_evict = functools.partial(metrics.count, "evictions_l1")
         l2.on_evict = functools.partial(metrics.count, "evictions_l2")
@@ -201,28 +205,42 @@ class TwoLevelCache:
         self._forget(key.digest)
         self._l2_in_use.pop(key.digest, None)
         data = page.to_bytes()
-        # No lock: the writer holds it for a batch's write, and a page held anew meanwhile waits for its own batch.
-        self._held[key.digest] = page
+        with self._held_lock:
+            self._held[key.digest] = page
         if isinstance(self.l1, MemoryStore):
             self._put(self.l1, key, data, "crawler")
         return data
 
     def store_held(self, pages: list[tuple[CacheKey, Page, bytes]]) -> set[str]:
         """Write held pages: L2 (one index transaction), then a remote L1. A page invalidated or held anew since
-        is skipped; the digests of those written."""
-        with self._held_lock:
-            wanted = [(key, page, data) for key, page, data in pages if self._held.get(key.digest) is page]
+        is skipped; one L2 could not take leaves no older copy there. The digests of the pages stored."""
+        with self._writing_lock:
+            with self._held_lock:
+                wanted = [(key, page, data) for key, page, data in pages if self._held.get(key.digest) is page]
+            written: list[str] = []
             try:
-                self.l2.set_many([(key.digest, data) for key, _, data in wanted])
+                written = self.l2.set_many([(key.digest, data) for key, _, data in wanted])
             except StoreUnavailable as exc:
                 self._failed_write(exc, "crawler")
-            if not isinstance(self.l1, MemoryStore):
-                for key, _, data in wanted:
-                    self._put(self.l1, key, data, "crawler")
-            for key, page, _ in wanted:  # found in the levels now (or lost with a failed one: filled again)
-                if self._held.get(key.digest) is page:
-                    del self._held[key.digest]
+            try:
+                # An older copy of a page not written must not outlive the new one in L1 as a fresh page.
+                for digest in {key.digest for key, _, _ in wanted}.difference(written):
+                    self.l2.delete(digest)
+            except StoreUnavailable as exc:
+                self._failed_write(exc, "crawler")
+            finally:
+                if not isinstance(self.l1, MemoryStore):
+                    for key, _, data in wanted:
+                        self._put(self.l1, key, data, "crawler")
+                with self._held_lock:  # found in the levels now (or lost with a failed one: filled again)
+                    for key, page, _ in wanted:
+                        if self._held.get(key.digest) is page:
+                            del self._held[key.digest]
         return {key.digest for key, _, _ in wanted}
+
+    def _forget_parent(self) -> None:
+        """In a forked child: the parent's pages on their way to disk are the parent's to write."""
+        self._held, self._held_lock, self._writing_lock = {}, threading.Lock(), threading.Lock()
 
     def forget_local(self, digests: Iterable[str]) -> None:
         """Another process stored (or removed) these pages: drop the copies this process holds in memory (the
@@ -250,6 +268,8 @@ class TwoLevelCache:
 
     def prefetch(self, key: CacheKey) -> bool:
         """Human-induced prefetch: make sure L1 holds the page if L2 does. True if L1 was filled."""
+        if not self.l2.has_file(key.digest):
+            return False
         try:
             if self.l1.touch(key.digest):
                 return False
@@ -274,13 +294,14 @@ class TwoLevelCache:
     def invalidate(self, key: CacheKey) -> None:
         self._forget(key.digest)
         self._l2_in_use.pop(key.digest, None)
-        with self._held_lock:  # a held page is then never written: its write waits for this, or is skipped
-            self._held.pop(key.digest, None)
-        for store in (self.l1, self.l2):
-            try:
-                store.delete(key.digest)
-            except StoreUnavailable:
-                self.metrics.count_store_error("crawler")
+        with self._writing_lock:  # a held page is never written after this: its batch ended before, or skips it
+            with self._held_lock:
+                self._held.pop(key.digest, None)
+            for store in (self.l1, self.l2):
+                try:
+                    store.delete(key.digest)
+                except StoreUnavailable:
+                    self.metrics.count_store_error("crawler")
 
     def _get_marked(self, key: CacheKey, kind: str) -> tuple[bytes | None, float | None]:
         """The L1 value, and with memcached the mark another gate left beside it, in one round trip."""

@@ -74,7 +74,7 @@ async def warm(
         else:
             keys.setdefault(key.digest, key)
     summary.pages = len(keys)
-    todo = [key for key in keys.values() if not gate.cache.l2.contains(key.digest)]
+    todo = [key for key in keys.values() if not gate.cache.l2.has_file(key.digest)]
     summary.skipped = summary.pages - len(todo)
     slots = asyncio.Semaphore(concurrency)
     pacing = Pacing(rate)

@@ -124,7 +124,7 @@ def test_wsgi_fill_deadline_holds_when_the_site_hangs(tmp_path: Path) -> None:
             health = client.get("/_crawlergate/healthz")
             release.set()
             for _ in range(100):  # the fill finishes in the background and stores the page
-                if gate.cache.l2.contains(gate.core.keys.key_for(b"/hang").digest):  # type: ignore[union-attr]
+                if gate.cache.l2.has_file(gate.core.keys.key_for(b"/hang").digest):  # type: ignore[union-attr]
                     break
                 time.sleep(0.05)
             later = client.get("/hang", headers=GOOGLEBOT)

@@ -51,11 +51,11 @@ class GateFigures:
         return data
 
     def dirty_count(self) -> int:
-        """Marked pages the cache still holds (an evicted page's mark stays in the catalogue until it returns); a
-        page another worker stored may not be in this worker's L2 index yet: its file says."""
+        """Marked pages the cache still holds (an evicted page's mark stays in the catalogue until it returns): each
+        page's file says."""
         catalogue, l2 = self.core.catalogue, self.core.cache.l2
         catalogue.refresh(wait=False)
-        return sum(1 for digest in catalogue.dirty_digests() if l2.contains(digest) or l2.path_for(digest).exists())
+        return sum(1 for digest in catalogue.dirty_digests() if l2.has_file(digest))
 
     def prometheus(self) -> str:
         core = self.core

@@ -219,8 +219,6 @@ class PageCatalogue:
             self.refresh()
             if self.clock() >= self._next_flush:
                 self._next_flush = self.clock() + FLUSH_S
-                if self.before_demand is not None:
-                    self.before_demand()
                 self.flush_demand()
         finally:
             self._upkeep_running = False
@@ -239,6 +237,8 @@ class PageCatalogue:
 
     def flush_demand(self) -> None:
         """Add the counted crawler requests to each page's demand, which halves every DEMAND_HALF_LIFE_S."""
+        if self._demand and self.before_demand is not None:
+            self.before_demand()
         counts, self._demand = self._demand, Counter()
         if not counts:
             return

@@ -209,15 +209,9 @@ class GateCore:
         return path == self._admin_prefix or path.startswith(self._admin_prefix + "/")
 
     def should_prefetch(self, decision: Decision, status: int) -> bool:
-        """A human's successful view of a page that L2 holds (the index answers; no disk access)."""
+        """A human's successful view of a cacheable page (whether L2 holds it, the prefetch asks off the loop)."""
         key = decision.key
-        return (
-            decision.route is Route.PASS
-            and key is not None
-            and status == 200
-            and decision.verdict.kind == "human"
-            and self.cache.l2.contains(key.digest)
-        )
+        return decision.route is Route.PASS and key is not None and status == 200 and decision.verdict.kind == "human"
 
     def serve_or_fill(self, key: CacheKey, found: CacheHit | None, now: float) -> CacheHit | NeedsFill:
         """A crawler's cached page to serve, or the instruction to fill its key (with the copy to fall back on).

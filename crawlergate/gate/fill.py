@@ -185,15 +185,16 @@ class Filler:
         finally:
             self.valve.left()  # a fill's time is sampled below, whole (the valve hears people's TTFB too)
         generation_ms = self._count_fetch(started, key)
-        # Compressing and hashing a big page takes the event loop for a while (297 ms for 8 MB): a thread.
+        # Compressing, hashing and checksumming a big page takes the event loop for a while (297 ms for 8 MB): a
+        # thread.
         if len(response.body) > INLINE_PAGE_BYTES:
             judged = await anyio.to_thread.run_sync(self.judge_fill, key, response, previous, generation_ms)
+            data = await anyio.to_thread.run_sync(self.cache.hold, key, judged) if isinstance(judged, Page) else b""
         else:
             judged = self.judge_fill(key, response, previous, generation_ms)
-        if isinstance(judged, Page):
-            data = self.cache.hold(key, judged)
-            if not self.writer.write(key, judged, data, fetched_at):
-                await anyio.to_thread.run_sync(self.writer.write_blocking, key, judged, data, fetched_at)
+            data = self.cache.hold(key, judged) if isinstance(judged, Page) else b""
+        if isinstance(judged, Page) and not self.writer.write(key, judged, data, fetched_at):
+            await anyio.to_thread.run_sync(self.writer.write_blocking, key, judged, data, fetched_at)
         return self._counted(judged)
 
     def _fetch_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> Page | NotStored:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from crawlergate.cache import TwoLevelCache
+from crawlergate.forksafe import after_fork_in_child
 from crawlergate.gate.catalogue import PageCatalogue
 from crawlergate.keys import CacheKey
 from crawlergate.page import Page
@@ -66,6 +67,8 @@ class PageWriter:
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closing = False
+        self._closed = False
+        after_fork_in_child(self, PageWriter._forget_parent)
 
     def write(self, key: CacheKey, page: Page, data: bytes, fetched_at: float | None) -> bool:
         """Queue a held page; False (nothing queued) when the queue is full."""
@@ -90,16 +93,23 @@ class PageWriter:
             return self._changed.wait_for(lambda: self._done >= queued, timeout_s)
 
     def close(self) -> None:
-        """Write what is queued, then stop the thread."""
+        """Write what is queued, then stop the thread; a page held after this is not written (the stores are
+        closing): its next request fills it again."""
         with self._changed:
-            self._closing = True
+            self._closing = self._closed = True
             self._changed.notify_all()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self._closing = False
+
+    def _forget_parent(self) -> None:
+        """In a forked child: the parent's queue is the parent's to write; this process starts its own."""
+        self._queue, self._queued_bytes, self._queued, self._done = deque(), 0, 0, 0
+        self._changed, self._thread = threading.Condition(), None
 
     def _enqueue(self, held: Held) -> None:
+        if self._closed:
+            return
         self._queue.append(held)
         self._queued += 1
         self._queued_bytes += len(held.data)

@@ -220,12 +220,10 @@ class Regenerator:
     ) -> tuple[list[_Job], _Revalidation | None, bool]:
         """The fetches of the pass in order, the revalidation schedule they end with (if any), and whether the
         page budget left pages out."""
-        # The pages crawlers were just answered with, and their demand, in the catalogue before it is read.
-        self.filler.writer.flush(WRITES_WAIT_S)
-        self.core.catalogue.flush_demand()
+        self.filler.writer.flush(WRITES_WAIT_S)  # the pages crawlers were just answered with, in the catalogue
         held = self.core.cache.l2
         catalogue = self.core.catalogue.stored_pages(dirty_only=not (selection.all_pages or selection.revalidate))
-        stored = [page for page in catalogue if held.contains(page.digest) or held.path_for(page.digest).exists()]
+        stored = [page for page in catalogue if held.has_file(page.digest)]
         keys: dict[str, CacheKey] = {}
         for url in selection.urls:
             key = self.core.keys.key_for_url(url)
@@ -327,9 +325,7 @@ class Regenerator:
             self.state.save_credits(schedule.credits_after())
         held = self.core.cache.l2
         summary.remaining = sum(
-            1
-            for page in self.core.catalogue.stored_pages(dirty_only=True)
-            if held.contains(page.digest) or held.path_for(page.digest).exists()
+            1 for page in self.core.catalogue.stored_pages(dirty_only=True) if held.has_file(page.digest)
         )
 
 

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from crawlergate.errors import ConfigError, StoreUnavailable
+from crawlergate.forksafe import after_fork_in_child
 from crawlergate.stores.l2index import IndexWrite, L2Index
 from crawlergate.stores.owner import SITES_FOLDER
 
@@ -90,12 +91,14 @@ class DiskStore:
         self._stopping = threading.Event()
         self._over_cap = threading.Event()
         self._housekeeper: threading.Thread | None = None
-        self._housekeeper_pid = 0
+        self._housekeeper_lock = threading.Lock()
+        self._running = False
         # Called once for each page deleted to stay within max_bytes (the cache counts them).
         self.on_evict: Callable[[], None] = _nothing
         # Called in the index's transaction for each page deleted or evicted: drops what else belongs to the page
         # (its published copy) and returns the bytes that freed.
         self.on_delete: Callable[[str], int] = _no_twin
+        after_fork_in_child(self, DiskStore._forget_parent)
 
     def start(self) -> None:
         """Create the directory and open its index, then load the folder in the background (see the module)."""
@@ -110,15 +113,27 @@ class DiskStore:
             raise ConfigError(f"Cache directory '{self.root}' is not usable: {reason}.") from None
         self._started_at = self._clock()
         self._loaded.clear()
+        self._running = True
         self._start_housekeeper()
 
     def close(self) -> None:
+        self._running = False
         self._stopping.set()
-        if self._housekeeper is not None and self._housekeeper_pid == os.getpid():
+        if self._housekeeper is not None:
             self._housekeeper.join(timeout=5)
         self._housekeeper = None
-        self._flush_used()
+        try:
+            self._flush_used()
+        except StoreUnavailable as exc:
+            logger.warning("L2 hits not recorded at close: %s", exc)
         self.index.close()
+
+    def _forget_parent(self) -> None:
+        """In a forked child (a pre-forking server): no housekeeper yet (the first read or write starts one),
+        and none of the parent's locks or hits."""
+        self._used = {}
+        self._loaded, self._stopping, self._over_cap = threading.Event(), threading.Event(), threading.Event()
+        self._housekeeper, self._housekeeper_lock = None, threading.Lock()
 
     def wait_loaded(self, timeout: float) -> bool:
         """Whether the folder was loaded (by this process or another) within ``timeout`` seconds."""
@@ -139,10 +154,6 @@ class DiskStore:
         """Pages, bytes counted and ``loading``, read at once."""
         pages, used_bytes, shards, _ = self.index.totals()
         return pages, used_bytes, None if shards <= 0 else 1 - shards / len(SHARDS)
-
-    def contains(self, key: str) -> bool:
-        """Whether the page is on disk (one stat of its file: no read, no index)."""
-        return self.has_file(key)
 
     def path_for(self, key: str) -> Path:
         return self.root / key[0:2] / (key + SUFFIX)
@@ -179,16 +190,23 @@ class DiskStore:
         except OSError as exc:
             raise StoreUnavailable(f"L2 read of {key}: {exc.strerror}") from exc
         self._used[key] = self._clock()
+        if self._housekeeper is None and self._running:
+            self._start_housekeeper()  # a forked child's first read
         return data
 
     def set(self, key: str, value: bytes) -> None:
-        self.set_many([(key, value)])
+        if self.set_many([(key, value)]) != [key] and len(value) <= self.page_max_bytes:
+            raise StoreUnavailable(f"L2 write of {key} failed")
 
-    def set_many(self, pages: list[tuple[str, bytes]]) -> None:
+    def set_many(self, pages: list[tuple[str, bytes]]) -> list[str]:
         """Write pages: each to a temporary file, then all put in place and counted in one index transaction,
-        which evicts past the cap before it ends. A full disk makes room and tries once more. Raises
-        StoreUnavailable, once the others are written, when a page could not be."""
+        which evicts past the cap before it ends; the keys written. A full disk makes room and tries once more.
+        When the transaction fails, the files it renamed are deleted (a file without its row would be counted
+        by nobody), and StoreUnavailable is raised; a page that could not be written is logged."""
+        if self._housekeeper is None and self._running:
+            self._start_housekeeper()  # a forked child's first write
         failed: OSError | None = None
+        placed: list[str] = []
         ready: dict[str, tuple[str, int]] = {}  # key -> its temporary file and size, until put in place
         try:
             for key, value in pages:
@@ -209,14 +227,21 @@ class DiskStore:
                             failed = exc
                             continue
                         del ready[key]
+                        placed.append(key)
                         write.put(key, size, now)
                     self._evict_past_cap(write, keep=last)
+        except StoreUnavailable:
+            for key in placed:
+                with contextlib.suppress(OSError):
+                    os.unlink(self._file(key))
+            raise
         finally:
             for temp, _ in ready.values():
                 with contextlib.suppress(OSError):
                     os.unlink(temp)  # not put in place
         if failed is not None:
-            raise StoreUnavailable(f"L2 write: {failed.strerror or failed}") from failed
+            logger.warning("L2 write failed for %d of %d pages: %s", len(pages) - len(placed), len(pages), failed)
+        return placed
 
     def _write_temp(self, key: str, value: bytes) -> str:
         """The page in a temporary file beside its place; a full disk makes room for one more try."""
@@ -310,10 +335,12 @@ class DiskStore:
 
     # the housekeeper
     def _start_housekeeper(self) -> None:
-        self._stopping.clear()
-        self._housekeeper = threading.Thread(target=self._housekeep, name="crawlergate-l2", daemon=True)
-        self._housekeeper_pid = os.getpid()
-        self._housekeeper.start()
+        with self._housekeeper_lock:
+            if self._housekeeper is not None:
+                return
+            self._stopping.clear()
+            self._housekeeper = threading.Thread(target=self._housekeep, name="crawlergate-l2", daemon=True)
+            self._housekeeper.start()
 
     def _housekeep(self) -> None:
         while True:
@@ -326,9 +353,14 @@ class DiskStore:
                         if self._evict_down_to(write, self.max_bytes, "", EVICT_BATCH):
                             self._over_cap.clear()
                     time.sleep(LOAD_PAUSE_S)
-                if self.used_bytes > self.max_bytes:
+                pages, used_bytes, _, loaded_at = self.index.totals()
+                if pages and used_bytes > self.max_bytes:
                     self._over_cap.set()  # another process's write, a lowered cap, or the loader's finds
-            except (OSError, StoreUnavailable) as exc:
+                if loaded_at == 0 and self._loaded.is_set():
+                    # A new index (a damaged one was moved aside, by any process): the folder is loaded again.
+                    self._loaded.clear()
+                    self._started_at = self._clock()
+            except Exception as exc:  # the housekeeper must go on: the next turn tries again
                 logger.warning("L2 upkeep of %s failed (tried again in %.0f s): %s", self.root, TOUCH_FLUSH_S, exc)
             if self._stopping.wait(0 if self._over_cap.is_set() else TOUCH_FLUSH_S):
                 return
@@ -359,13 +391,13 @@ class DiskStore:
         began = time.monotonic()
         with self.index.writing() as write:
             write.set_loading(len(SHARDS))
-            self._move_pages_of_older_layouts(write)
+        self._move_pages_of_older_layouts()
         for done, shard in enumerate(SHARDS, start=1):
             if self._stopping.is_set():
+                with self.index.writing() as write:
+                    write.set_loading(0)  # stopped: not loading any more (the next start loads again)
                 return
-            with self.index.writing() as write:
-                self._load_shard(write, shard)
-                write.set_loading(len(SHARDS) - done)
+            self._load_shard(shard, len(SHARDS) - done)
             time.sleep(LOAD_PAUSE_S)
         published = published_bytes(self.root / PUBLISHED_FOLDER)
         with self.index.writing() as write:
@@ -378,11 +410,12 @@ class DiskStore:
         )
         self._loaded.set()
 
-    def _load_shard(self, write: IndexWrite, shard: str) -> None:
-        found: dict[str, int] = {}
+    def _load_shard(self, shard: str, shards_left: int) -> None:
+        """Reconcile one shard: listed outside any transaction (a slow disk never holds the folder's lock), then
+        each difference checked again inside one, where no other process renames or deletes a page."""
+        found: set[str] = set()
         stale = time.time() - _TEMP_STALE_SECONDS
-        folder = self.root / shard
-        with contextlib.suppress(FileNotFoundError), os.scandir(folder) as entries:
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.root / shard) as entries:
             for entry in entries:
                 name = entry.name
                 if name.startswith(_TEMP_PREFIX):
@@ -390,21 +423,21 @@ class DiskStore:
                         if entry.stat(follow_symlinks=False).st_mtime < stale:
                             os.unlink(entry.path)  # a crash's; not a write under way in a worker beside this one
                 elif name.endswith(SUFFIX):
-                    found[name.removesuffix(SUFFIX)] = 0
+                    found.add(name.removesuffix(SUFFIX))
                 elif entry.is_dir(follow_symlinks=False):
-                    for key in self._move_pages_under(entry.path):
-                        if key.startswith(shard):
-                            found[key] = 0
-        indexed = write.keys_from(shard)
-        write.remove_many([key for key in indexed if key not in found])
-        new = []
-        for key in found.keys() - indexed:
-            with contextlib.suppress(OSError):
-                stat = os.stat(self.path_for(key))
-                new.append((key, on_disk(stat.st_size), stat.st_mtime))
-        write.put_many(new)
+                    found.update(key for key in self._move_pages_under(entry.path) if key.startswith(shard))
+        with self.index.writing() as write:
+            indexed = write.keys_from(shard)
+            write.remove_many([key for key in indexed - found if not os.path.exists(self._file(key))])
+            new = []
+            for key in found - indexed:
+                with contextlib.suppress(OSError):
+                    stat = os.stat(self._file(key))
+                    new.append((key, on_disk(stat.st_size), stat.st_mtime))
+            write.put_many(new)
+            write.set_loading(shards_left)
 
-    def _move_pages_of_older_layouts(self, write: IndexWrite) -> None:
+    def _move_pages_of_older_layouts(self) -> None:
         """Pages at the top of the folder or in folders other than the shards (older versions' layouts)."""
         skipped = {PUBLISHED_FOLDER, SITES_FOLDER, *SHARDS}
         with os.scandir(self.root) as entries:

@@ -22,15 +22,18 @@ does for a damaged file, so a power cut costs a rebuild, never a page.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from crawlergate.errors import StoreUnavailable
+from crawlergate.forksafe import after_fork_in_child
 
 logger = logging.getLogger(__name__)
 
@@ -129,47 +132,53 @@ class IndexWrite:
 
 
 class L2Index:
-    """The shared index file of one L2 folder; every call is safe from any thread, and after a fork."""
+    """The shared index file of one L2 folder; every call is safe from any thread, and after a fork.
+
+    A damaged file (a power cut: nothing is synced) is moved aside under a lock every process of the folder
+    takes first, and begun anew; ``rebuilt`` counts such new files, which the loader fills from the folder. A
+    process whose file was moved aside by another opens the new one at its next transaction (the path names
+    another file now), so the processes of a folder never keep counting in two files.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.rebuilt = 0
         self._lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
-        self._pid = 0
+        self._inode = 0
+        after_fork_in_child(self, L2Index._forget_parent)
 
     def open(self) -> None:
-        """Open (or create) the file; a damaged one is moved aside (``….damaged-<pid>``) and begun anew, for the
-        loader to fill from the folder. Raises StoreUnavailable when the folder cannot hold it."""
+        """Open (or create) the file; a damaged one is moved aside (``….damaged-<time>``) and begun anew.
+        Raises StoreUnavailable when the folder cannot hold it."""
         with self._lock:
             self._open_locked()
 
     def close(self) -> None:
         with self._lock:
-            if self._connection is not None and self._pid == os.getpid():
+            if self._connection is not None:
                 self._connection.close()
             self._connection = None
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[IndexWrite]:
-        """One write transaction, which is also the folder's lock: one thread of one process at a time."""
+        """One write transaction, which is also the folder's lock: one thread of one process at a time. Any
+        failure of the index is a StoreUnavailable; a damaged file is rebuilt for the next call."""
         with self._lock:
             database = self._database()
             try:
                 database.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                raise StoreUnavailable(f"L2 index {self.path}: {exc}") from exc
+                raise self._failed(exc) from exc
             try:
                 yield IndexWrite(database)
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    database.execute("ROLLBACK")
-                raise
-            try:
                 database.execute("COMMIT")
-            except sqlite3.Error as exc:
+            except BaseException as exc:
                 with contextlib.suppress(sqlite3.Error):
                     database.execute("ROLLBACK")
-                raise StoreUnavailable(f"L2 index {self.path}: {exc}") from exc
+                if isinstance(exc, sqlite3.Error):
+                    raise self._failed(exc) from exc
+                raise
 
     def totals(self) -> tuple[int, int, int, float]:
         """(pages, bytes counted, shards still to load, when the last load ended)."""
@@ -194,35 +203,83 @@ class L2Index:
             try:
                 return self._database().execute(query).fetchall()
             except sqlite3.Error as exc:
-                raise StoreUnavailable(f"L2 index {self.path}: {exc}") from exc
+                raise self._failed(exc) from exc
+
+    def _failed(self, error: sqlite3.Error) -> StoreUnavailable:
+        """The error to raise; a damaged file is moved aside first, so the next call begins a new one."""
+        if _is_damage(error):
+            with contextlib.suppress(OSError, sqlite3.Error, StoreUnavailable):
+                self._rebuild_locked(error)
+        return StoreUnavailable(f"L2 index {self.path}: {error}")
 
     def _database(self) -> sqlite3.Connection:
-        if self._connection is None or self._pid != os.getpid():
-            # A forked child (a pre-forking server) must not share its parent's connection.
+        if self._connection is not None:
+            try:
+                replaced = os.stat(self.path).st_ino != self._inode
+            except FileNotFoundError:
+                replaced = True
+            if not replaced:
+                return self._connection
+            self._connection.close()  # another process rebuilt the file: this one is the damaged copy
             self._connection = None
-            self._open_locked()
+        self._open_locked()
         assert self._connection is not None
         return self._connection
 
     def _open_locked(self) -> None:
-        if self._connection is not None and self._pid == os.getpid():
+        if self._connection is not None:
             return
         try:
-            try:
-                connection = _connect(self.path)
-            except sqlite3.OperationalError:
-                raise  # cannot be opened, or busy: not a damaged file
-            except sqlite3.DatabaseError as exc:
-                aside = self.path.with_name(f"{self.path.name}.damaged-{os.getpid()}")
-                logger.warning("the L2 index %s is damaged (%s): moved to %s, rebuilt", self.path, exc, aside)
-                for suffix in ("", "-wal", "-shm"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
-                connection = _connect(self.path)
+            with self._folder_lock():
+                try:
+                    connection = _connect(self.path)
+                except sqlite3.OperationalError:
+                    raise  # cannot be opened, or busy: not a damaged file
+                except sqlite3.DatabaseError as exc:
+                    self._move_aside(exc)
+                    connection = _connect(self.path)
+                self._inode = os.stat(self.path).st_ino
         except (OSError, sqlite3.Error) as exc:
             raise StoreUnavailable(f"L2 index {self.path} is not usable: {exc}") from None
         self._connection = connection
-        self._pid = os.getpid()
+
+    def _rebuild_locked(self, error: sqlite3.Error) -> None:
+        """Move the damaged file aside, unless another process did (the path names a new file then)."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        with self._folder_lock():
+            if os.stat(self.path).st_ino == self._inode:
+                self._move_aside(error)
+        self._open_locked()
+
+    def _move_aside(self, error: sqlite3.Error) -> None:
+        aside = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
+        logger.warning("the L2 index %s is damaged (%s): moved to %s, rebuilt from the folder", self.path, error, aside)
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
+        self.rebuilt += 1
+
+    @contextlib.contextmanager
+    def _folder_lock(self) -> Iterator[None]:
+        """Every process of the folder opens or rebuilds the file under this lock, one at a time."""
+        with open(f"{self.path}.lock", "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _forget_parent(self) -> None:
+        """In a forked child: the parent's connection and lock are the parent's."""
+        self._lock = threading.Lock()
+        self._connection = None
+
+
+def _is_damage(error: sqlite3.Error) -> bool:
+    """Whether SQLite says the file itself is damaged (not busy, locked or full)."""
+    return isinstance(error, sqlite3.DatabaseError) and getattr(error, "sqlite_errorcode", 0) & 0xFF in (
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_NOTADB,
+    )
 
 
 def _connect(path: Path) -> sqlite3.Connection:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -10,6 +12,7 @@ import pytest
 from crawlergate.errors import ConfigError, StoreUnavailable
 from crawlergate.stores import disk
 from crawlergate.stores.disk import EVICT_BATCH, INDEX_FILE, DiskStore
+from crawlergate.stores.l2index import IndexWrite
 
 KEY_A = "a" * 32
 KEY_B = "b" * 32
@@ -219,3 +222,95 @@ def test_disk_store_full_disk_evicts_and_retries(tmp_path: Path, monkeypatch: py
     store.set(KEY_A, b"new page")  # the disk is full once: room is made, the page is written
     assert store.get(KEY_A) == b"new page"
     assert len(store) < 21 and store.get("0" * 32) is None  # the least recently served went first
+
+
+def test_disk_store_failed_index_commit_leaves_no_file_without_its_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DiskStore(tmp_path, max_bytes=10**6)
+    store.start()
+
+    def full(*args: object) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(IndexWrite, "put", full)
+        with pytest.raises(StoreUnavailable, match="disk is full"):
+            store.set(KEY_A, b"page")
+    assert not store.has_file(KEY_A) and list(tmp_path.rglob("*.page")) == []  # nobody would count it
+    store.set(KEY_A, b"page")  # the disk has room again
+    assert store.get(KEY_A) == b"page" and len(store) == 1
+
+
+def test_disk_store_index_damaged_while_serving_is_rebuilt_and_every_process_moves_to_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(disk, "TOUCH_FLUSH_S", 0.05)
+    serving = DiskStore(tmp_path, max_bytes=10**6)
+    serving.start()
+    assert serving.wait_loaded(10)
+    for key in (KEY_A, KEY_B):
+        serving.set(key, b"page")
+    with contextlib.closing(sqlite3.connect(tmp_path / INDEX_FILE)) as checkpoint:
+        checkpoint.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the file, none in the log
+    (tmp_path / INDEX_FILE).write_bytes(b"\0garbage, as a power cut may leave it" * 300)
+    starting = DiskStore(tmp_path, max_bytes=10**6)
+    starting.start()  # finds the damage: the file is moved aside, a new one begun
+    serving.set(KEY_C, b"page")  # the serving process writes to the new file, not the damaged one
+    deadline = time.monotonic() + 10
+    while sorted(starting.digests()) != [KEY_A, KEY_B, KEY_C] and time.monotonic() < deadline:
+        time.sleep(0.05)  # a housekeeper loads the folder into the new index
+    assert sorted(serving.digests()) == sorted(starting.digests()) == [KEY_A, KEY_B, KEY_C]
+    assert serving.used_bytes == 3 * 4096 and len(list(tmp_path.glob(f"{INDEX_FILE}.damaged-*[0-9]"))) == 1
+
+
+def test_disk_store_processes_opening_a_damaged_index_at_once_share_the_new_one(tmp_path: Path) -> None:
+    first = DiskStore(tmp_path, max_bytes=10**6)
+    first.start()
+    first.set(KEY_A, b"page")
+    first.close()
+    (tmp_path / INDEX_FILE).write_bytes(b"not a database" * 300)
+    workers = [DiskStore(tmp_path, max_bytes=10**6) for _ in range(4)]
+    threads = [threading.Thread(target=worker.start) for worker in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    workers[0].set(KEY_B, b"page")
+    assert all(KEY_B in worker.digests() for worker in workers)  # one file, one count
+    assert len(list(tmp_path.glob(f"{INDEX_FILE}.damaged-*[0-9]"))) == 1
+
+
+def test_disk_store_in_a_forked_child_reads_writes_and_records_hits(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, max_bytes=10**6)
+    store.start()
+    store.set(KEY_A, b"page")
+    child = os.fork()
+    if child == 0:  # a pre-forking server's worker, forked after the gate started
+        try:
+            store.set(KEY_B, b"child's page")
+            ok = store.get(KEY_A) == b"page" and store._housekeeper is not None
+            store.close()
+            os._exit(0 if ok else 1)
+        finally:
+            os._exit(2)
+    deadline = time.monotonic() + 20
+    while (status := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if status[0] == 0:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+    assert status[0] == child and os.waitstatus_to_exitcode(status[1]) == 0
+    assert store.get(KEY_B) == b"child's page" and KEY_B in store.digests()
+
+
+def test_disk_store_stopped_while_loading_does_not_say_loading_for_ever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(disk, "LOAD_PAUSE_S", 0.05)
+    short_lived = DiskStore(tmp_path, max_bytes=10**6)
+    short_lived.start()
+    while short_lived.loading() is None:
+        time.sleep(0.001)
+    short_lived.close()  # a command that ran a moment (a pre-flight check)
+    assert DiskStore(tmp_path, max_bytes=10**6).loading() is None
