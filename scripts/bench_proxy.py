@@ -53,16 +53,17 @@ def start_gate(folder: Path, port: int, origin: int, workers: int) -> subprocess
     return subprocess.Popen(command, stderr=subprocess.DEVNULL, env=environment)
 
 
-def start_nginx(folder: Path, port: int, origin: int, workers: int) -> subprocess.Popen[bytes]:
+def start_nginx(folder: Path, port: int, origin: int, workers: int, log: bool) -> subprocess.Popen[bytes]:
     prefix = folder / f"nginx-{workers}"
     (prefix / "cache").mkdir(parents=True)
     template = (HERE / "nginx-proxy-cache.conf").read_text()
-    return _run_nginx(prefix, template, {"workers": workers, "origin": f"127.0.0.1:{origin}", "port": port})
+    return _run_nginx(prefix, template, {"workers": workers, "origin": f"127.0.0.1:{origin}", "port": port}, log)
 
 
-def _run_nginx(prefix: Path, template: str, values: dict[str, object]) -> subprocess.Popen[bytes]:
-    """nginx with ``template``'s {placeholders} filled in, its files under ``prefix``."""
-    config = template
+def _run_nginx(prefix: Path, template: str, values: dict[str, object], log: bool = False) -> subprocess.Popen[bytes]:
+    """nginx with ``template``'s {placeholders} filled in, its files under ``prefix``; ``log``: nginx's default
+    access log (combined format, a line written per request), as nginx is shipped, instead of none."""
+    config = template.replace("access_log off;", f"access_log {prefix}/access.log combined;") if log else template
     for name, value in {**values, "prefix": prefix}.items():
         config = config.replace("{" + name + "}", str(value))
     (prefix / "nginx.conf").write_text(config)
@@ -125,12 +126,12 @@ def start_direct_front(folder: Path, port: int, gate: int, forum: int) -> tuple[
     return [gate_process, _run_nginx(prefix, NGINX_WITH_INCLUDE, {"port": port})], cache
 
 
-def start_gzip_static(folder: Path, port: int, published: Path) -> subprocess.Popen[bytes]:
+def start_gzip_static(folder: Path, port: int, published: Path, log: bool) -> subprocess.Popen[bytes]:
     """nginx gzip_static sending the published front page as /front.html."""
     prefix = folder / "nginx-static"
     (prefix / "static").mkdir(parents=True)
     shutil.copyfile(published, prefix / "static" / "front.html.gz")
-    return _run_nginx(prefix, NGINX_GZIP_STATIC, {"port": port})
+    return _run_nginx(prefix, NGINX_GZIP_STATIC, {"port": port}, log)
 
 
 NGINX_PLAIN_PROXY = """
@@ -164,10 +165,10 @@ def start_gunicorn(port: int, worker_class: str, page_ms: float) -> subprocess.P
     return subprocess.Popen([*command, "django_bench_site:application"], stderr=subprocess.DEVNULL, env=environment)
 
 
-def start_plain_nginx(folder: Path, port: int, origin: int) -> subprocess.Popen[bytes]:
+def start_plain_nginx(folder: Path, port: int, origin: int, log: bool = False) -> subprocess.Popen[bytes]:
     prefix = folder / f"nginx-plain-{port}"
     prefix.mkdir(parents=True)
-    return _run_nginx(prefix, NGINX_PLAIN_PROXY, {"origin": f"127.0.0.1:{origin}", "port": port})
+    return _run_nginx(prefix, NGINX_PLAIN_PROXY, {"origin": f"127.0.0.1:{origin}", "port": port}, log)
 
 
 def bench_django(args: argparse.Namespace) -> None:
@@ -233,6 +234,12 @@ def main() -> int:
     parser.add_argument("--work-ms", type=float, default=20.0, help="CPU time of a forum page")
     parser.add_argument("--page-ms", type=float, default=2.0, help="CPU time of the Django page")
     parser.add_argument("--human-requests", type=int, default=300, help="requests per case, pass-through")
+    parser.add_argument(
+        "--nginx-logs",
+        action="store_true",
+        help="the nginx baselines (proxy_cache, gzip_static, proxy_pass) log each request as nginx is shipped "
+        "(combined format), as crawlergate does; default: they log nothing",
+    )
     args = parser.parse_args()
     for tool in ("wrk", "nginx"):
         if shutil.which(tool) is None:
@@ -260,7 +267,7 @@ def bench_forum(args: argparse.Namespace) -> None:
                 gate, nginx = free_port(), free_port()
                 gate_ports[workers] = gate
                 processes.append(start_gate(folder, gate, forum, workers))
-                processes.append(start_nginx(folder, nginx, forum, workers))
+                processes.append(start_nginx(folder, nginx, forum, workers, args.nginx_logs))
                 crawler_cases[f"crawlergate, {workers} worker(s)"] = f"http://127.0.0.1:{gate}{PAGE}"
                 crawler_cases[f"nginx proxy_cache, {workers} worker(s)"] = f"http://127.0.0.1:{nginx}{PAGE}"
                 wait_for(gate)
@@ -275,7 +282,8 @@ def bench_forum(args: argparse.Namespace) -> None:
             wait_for(direct_nginx)
             front_page = f"http://127.0.0.1:{direct_nginx}/"
             _wait_published(front_page)
-            processes.append(start_gzip_static(folder, static_nginx, cache / "published" / "127.0.0.1" / ".index.gz"))
+            published = cache / "published" / "127.0.0.1" / ".index.gz"
+            processes.append(start_gzip_static(folder, static_nginx, published, args.nginx_logs))
             wait_for(static_nginx)
             crawler_cases["crawlergate, 1 worker(s), front page"] = f"http://127.0.0.1:{gate_ports[1]}/"
             crawler_cases["nginx + include, direct, front page"] = front_page
@@ -283,7 +291,7 @@ def bench_forum(args: argparse.Namespace) -> None:
             for url in crawler_cases.values():
                 httpx.get(url, headers={"user-agent": GOOGLEBOT, "accept-encoding": "gzip"}).raise_for_status()
             plain_nginx = free_port()
-            processes.append(start_plain_nginx(folder, plain_nginx, forum))
+            processes.append(start_plain_nginx(folder, plain_nginx, forum, args.nginx_logs))
             wait_for(plain_nginx)
             human_ports = {
                 "straight to the forum": forum,
