@@ -6,13 +6,13 @@
 3. Idle CPU of the serving process over `--idle-seconds` after the load, and its RSS beyond the configured L1.
 4. L2 hits (wrk, random stored pages, Googlebot) on N and on 10,000 pages: requests/s and p50.
 5. Misses (wrk, a new URL per request) through `serve` and through nginx proxy_cache in front of the same origin
-   (nginx sending one 6 KB page for every URL), alternately, `--rounds` times: medians.
+   (nginx sending one 6 KB page for every URL), `--workers` each, alternately, `--rounds` times: medians.
 6. Eviction: `serve` restarted with the cap 10 % under what is stored, under an L2-hit load: seconds until the
    folder is under the cap, and wrk's p99 and longest request meanwhile.
 
 Needs wrk and nginx (Debian packages).
 
-    python scripts/bench_scale.py [--pages 1000000] [--folder /var/tmp/scale] [--seconds 5] [--rounds 3]
+    python scripts/bench_scale.py [--pages 1000000] [--folder /var/tmp/scale] [--seconds 5] [--rounds 3] [--workers 2]
 """
 
 from __future__ import annotations
@@ -144,18 +144,18 @@ def start_origin(prefix: Path, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["nginx", "-p", str(prefix), "-c", str(prefix / "origin.conf")], stderr=subprocess.DEVNULL)
 
 
-def start_proxy_cache(prefix: Path, port: int, origin: int) -> subprocess.Popen[bytes]:
+def start_proxy_cache(prefix: Path, port: int, origin: int, workers: int) -> subprocess.Popen[bytes]:
     (prefix / "cache").mkdir(parents=True, exist_ok=True)
     config = (HERE / "nginx-proxy-cache.conf").read_text()
-    for name, value in {"workers": 1, "origin": f"127.0.0.1:{origin}", "port": port, "prefix": prefix}.items():
+    for name, value in {"workers": workers, "origin": f"127.0.0.1:{origin}", "port": port, "prefix": prefix}.items():
         config = config.replace("{" + name + "}", str(value))
     (prefix / "nginx.conf").write_text(config)
     return subprocess.Popen(["nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf")], stderr=subprocess.DEVNULL)
 
 
-def start_gate(folder: Path, port: int, origin: int, max_bytes: int) -> subprocess.Popen[bytes]:
+def start_gate(folder: Path, port: int, origin: int, max_bytes: int, workers: int = 1) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "crawlergate", "serve", "--origin", f"http://127.0.0.1:{origin}"]
-    command += ["--port", str(port), "--cache-dir", str(folder)]
+    command += ["--port", str(port), "--cache-dir", str(folder), "--workers", str(workers)]
     (folder / MARKER_FILE).unlink(missing_ok=True)  # the folder is this benchmark's, whatever port its origin has
     environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
     environment |= {"CRAWLERGATE_L2_MAX_BYTES": str(max_bytes), "CRAWLERGATE_L1_MAX_BYTES": str(L1_BYTES)}
@@ -244,6 +244,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=5, help="each wrk run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--idle-seconds", type=int, default=60)
+    parser.add_argument("--workers", type=int, default=1, help="of serve and of nginx, for the misses")
     args = parser.parse_args()
     for tool in ("wrk", "nginx"):
         if shutil.which(tool) is None:
@@ -286,9 +287,9 @@ def main() -> int:
             print(f"L2 hits on {pages:,} pages: {hits[name]['rps']:,.0f}/s, p50 {hits[name]['p50_ms']:.2f} ms")
         print(f"RSS after the hits: {rss_mb(gate.pid):.0f} MB (L1 {L1_BYTES >> 10} KB)", flush=True)
         stop(gate)
-        gate = start_gate(big, gate_port, origin_port, cap)
+        gate = start_gate(big, gate_port, origin_port, cap, args.workers)
         started(gate, gate_port, time.monotonic(), args.pages)
-        proxy = start_proxy_cache(work / "nginx", nginx_port, origin_port)
+        proxy = start_proxy_cache(work / "nginx", nginx_port, origin_port, args.workers)
         processes.append(proxy)
         wait_for(nginx_port)
         misses: dict[str, list[float]] = {"serve": [], "nginx": []}
@@ -299,7 +300,10 @@ def main() -> int:
                 misses[name].append(run["rps"])
         serve_misses, nginx_misses = statistics.median(misses["serve"]), statistics.median(misses["nginx"])
         ratio = serve_misses / nginx_misses
-        print(f"misses: serve {serve_misses:,.0f}/s, nginx proxy_cache {nginx_misses:,.0f}/s = {ratio:.2f}x")
+        print(
+            f"misses, {args.workers} worker(s) each: serve {serve_misses:,.0f}/s, nginx proxy_cache "
+            f"{nginx_misses:,.0f}/s = {ratio:.2f}x"
+        )
         stored = l2_figures(gate_port)["bytes"]
         stop(gate)
         lowered = int(stored * 0.9)
