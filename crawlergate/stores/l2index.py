@@ -135,14 +135,13 @@ class L2Index:
     """The shared index file of one L2 folder; every call is safe from any thread, and after a fork.
 
     A damaged file (a power cut: nothing is synced) is moved aside under a lock every process of the folder
-    takes first, and begun anew; ``rebuilt`` counts such new files, which the loader fills from the folder. A
+    takes first, and begun anew (its totals say it was never loaded: the loader fills it from the folder). A
     process whose file was moved aside by another opens the new one at its next transaction (the path names
     another file now), so the processes of a folder never keep counting in two files.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.rebuilt = 0
         self._lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
         self._inode = 0
@@ -259,7 +258,6 @@ class L2Index:
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
-        self.rebuilt += 1
 
     @contextlib.contextmanager
     def _folder_lock(self) -> Iterator[None]:
