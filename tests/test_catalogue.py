@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
 import socket
 import sqlite3
 import time
@@ -109,6 +110,24 @@ def test_catalogue_marks_survive_a_restart_and_reach_other_processes(tmp_path: P
     restarted.start()
     assert restarted.dirty_since("d2") is not None and restarted.dirty_since("d1") is None
     restarted.close()
+
+
+def _start_catalogue(path: str) -> str:
+    catalogue = PageCatalogue(Path(path))
+    try:
+        catalogue.start()
+    except ConfigError as exc:
+        return str(exc)
+    catalogue.close()
+    return ""
+
+
+def test_catalogue_started_by_several_processes_at_once_opens_in_each(tmp_path: Path) -> None:
+    # gunicorn's workers start together: one may find the new file busy while another creates it.
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        for attempt in range(8):
+            path = str(tmp_path / f"{attempt}" / "dirty.sqlite3")
+            assert pool.map(_start_catalogue, [path] * 4) == [""] * 4
 
 
 def test_catalogue_index_in_an_unusable_folder_is_a_config_error(tmp_path: Path) -> None:

@@ -136,25 +136,35 @@ class PageCatalogue:
         with self._lock:
             if self._connection is not None:
                 return
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Workers starting together (gunicorn's) may find the file busy while one of them creates it.
+            deadline = time.monotonic() + 2 * WAIT_S
+            while True:
                 try:
-                    connection = self._open()
-                except sqlite3.OperationalError:
-                    raise  # cannot be opened, or busy: not a damaged file
-                except sqlite3.DatabaseError as exc:
-                    aside = self.path.with_name(f"{self.path.name}.damaged-{int(self.clock())}")
-                    logger.warning(
-                        "the page catalogue %s is damaged (%s): moved to %s, starting anew", self.path, exc, aside
-                    )
-                    for suffix in ("", "-wal", "-shm"):
-                        with contextlib.suppress(FileNotFoundError):
-                            os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
-                    connection = self._open()
-            except (OSError, sqlite3.Error) as exc:
-                raise ConfigError(f"The page catalogue {self.path} is not usable: {exc}.") from None
-            self._connection = connection
-            self._read_marks()
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self._connection = self._open_or_begin_anew()
+                    self._read_marks()
+                    return
+                except (OSError, sqlite3.Error) as exc:
+                    if self._connection is not None:
+                        self._connection.close()
+                        self._connection = None
+                    busy = isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+                    if not busy or time.monotonic() >= deadline:
+                        raise ConfigError(f"The page catalogue {self.path} is not usable: {exc}.") from None
+                time.sleep(0.05)
+
+    def _open_or_begin_anew(self) -> sqlite3.Connection:
+        try:
+            return self._open()
+        except sqlite3.OperationalError:
+            raise  # cannot be opened, or busy: not a damaged file
+        except sqlite3.DatabaseError as exc:
+            aside = self.path.with_name(f"{self.path.name}.damaged-{int(self.clock())}")
+            logger.warning("the page catalogue %s is damaged (%s): moved to %s, starting anew", self.path, exc, aside)
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
+            return self._open()
 
     def _read_marks(self) -> None:
         """The marked pages and the last sequence number, from one snapshot: the rest of the catalogue (a row per
