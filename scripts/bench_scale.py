@@ -4,7 +4,7 @@
    folder of 10,000 for comparison; `--folder` keeps them for the next run.
 2. Starts `serve` on the big folder: seconds to `healthz`, to the first L2 hit, to the end of the background load.
 3. Idle CPU of the serving process over `--idle-seconds` after the load, and its RSS beyond the configured L1.
-4. L2 hits (wrk, random stored pages, Googlebot) on N and on 10,000 pages: requests/s and p50.
+4. L2 hits (wrk, random stored pages, Googlebot) on N and on 10,000 pages, the two in turn: requests/s and p50.
 5. Misses (wrk, a new URL per request) through `serve` and through nginx proxy_cache in front of the same origin
    (nginx sending one 6 KB page for every URL), `--workers` each, alternately, `--rounds` times: medians.
 6. Eviction: `serve` restarted with the cap 10 % under what is stored, under an L2-hit load: seconds until the
@@ -274,18 +274,21 @@ def main() -> int:
         idle = (cpu_seconds(gate.pid) - before) / args.idle_seconds
         print(f"idle CPU over {args.idle_seconds} s: {idle:.2%} of a core; RSS {rss_mb(gate.pid):.0f} MB", flush=True)
         read_every_page(big)  # as a server up for a while holds them in the page cache, like the 10,000
-        hits = {}
-        for name, pages in (("big", args.pages), ("small", 10_000)):
-            if name == "small":
+        # The two folders in turn, each served by a gate of its own, round after round: no order favours either.
+        runs: dict[int, list[dict[str, float]]] = {args.pages: [], 10_000: []}
+        for _ in range(args.rounds):
+            for folder, pages in ((big, args.pages), (small, 10_000)):
                 stop(gate)
-                gate = start_gate(small, gate_port, origin_port, cap)
+                gate = start_gate(folder, gate_port, origin_port, cap)
                 started(gate, gate_port, time.monotonic(), pages)
                 wait_loaded(gate_port)
-            script = RANDOM_PAGE.replace("{pages}", str(pages))
-            runs = [wrk_with(script, gate_port, args.seconds, work) for _ in range(args.rounds)]
-            hits[name] = {field: statistics.median(run[field] for run in runs) for field in ("rps", "p50_ms", "p99_ms")}
-            print(f"L2 hits on {pages:,} pages: {hits[name]['rps']:,.0f}/s, p50 {hits[name]['p50_ms']:.2f} ms")
-        print(f"RSS after the hits: {rss_mb(gate.pid):.0f} MB (L1 {L1_BYTES >> 10} KB)", flush=True)
+                runs[pages].append(wrk_with(RANDOM_PAGE.replace("{pages}", str(pages)), gate_port, args.seconds, work))
+                if pages == args.pages:
+                    rss_after_hits = rss_mb(gate.pid)
+        for pages, measured in runs.items():
+            rps, p50 = (statistics.median(run[field] for run in measured) for field in ("rps", "p50_ms"))
+            print(f"L2 hits on {pages:,} pages: {rps:,.0f}/s, p50 {p50:.2f} ms")
+        print(f"RSS after the hits: {rss_after_hits:.0f} MB (L1 {L1_BYTES >> 10} KB)", flush=True)
         stop(gate)
         gate = start_gate(big, gate_port, origin_port, cap, args.workers)
         started(gate, gate_port, time.monotonic(), args.pages)
