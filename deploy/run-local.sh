@@ -71,7 +71,7 @@ if ! $check; then
 fi
 
 "$PYTHON" - "http://127.0.0.1:$GATE_PORT" <<'PY'
-import json, sys, urllib.request
+import json, sys, time, urllib.request
 gate = sys.argv[1]
 googlebot = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 firefox = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
@@ -88,7 +88,12 @@ def get(path, agent):
 outcomes = [get("/showthread.php?t=7", googlebot)[1] for _ in range(3)]
 assert outcomes[0] == "miss" and set(outcomes[1:]) <= {"l1-hit", "l2-hit"}, outcomes
 assert get("/showthread.php?t=7", firefox) == (200, "pass")
-stats = json.load(urllib.request.urlopen(gate + "/_crawlergate/stats", timeout=10))
+# The second worker may still be starting (healthz answered from the first): its count is waited for.
+for _ in range(150):
+    stats = json.load(urllib.request.urlopen(gate + "/_crawlergate/stats", timeout=10))
+    if stats["processes"] == 2:
+        break
+    time.sleep(0.2)
 assert stats["crawler"]["requests"] == 3 and stats["human"]["requests"] == 1, stats
 assert stats["l1"]["backend"] == "MemcachedStore" and stats["processes"] == 2, stats
 print("run-local: check passed:", outcomes, "and a person's pass")
