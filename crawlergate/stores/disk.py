@@ -221,6 +221,8 @@ class DiskStore:
                 with self.index.writing() as write:
                     now = self._clock()
                     for key, (temp, size) in list(ready.items()):
+                        # Room first, page by page: a batch never takes the folder past the cap and one page.
+                        self._evict_down_to(write, self.max_bytes - size, last, EVICT_BATCH)
                         try:
                             self._place(write, temp, key, size)
                         except OSError as exc:
