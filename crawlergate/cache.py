@@ -192,12 +192,9 @@ class TwoLevelCache:
         return self._parse(self.l2, key, data, "crawler") if data is not None else None
 
     def store(self, key: CacheKey, page: Page) -> None:
-        """Write-through: L2 first (the copy that survives), then L1."""
-        self._forget(key.digest)
-        self._l2_in_use.pop(key.digest, None)
-        data = page.to_bytes()
-        self._put(self.l2, key, data, "crawler")
-        self._put(self.l1, key, data, "crawler")
+        """A page in both levels now: ``hold`` and ``store_held`` in one call, where the writer's delay is not
+        wanted."""
+        self.store_held([(key, page, self.hold(key, page))])
 
     def hold(self, key: CacheKey, page: Page) -> bytes:
         """A filled page on its way to disk (``store_held``, from gate/pagewriter.py): lookups find it at once, and

@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import httpx
 import pytest
 
 from crawlergate.demo.forum import create_forum
-from tests.conftest import FIREFOX, ServerThread, free_port, serve_process
+from tests.conftest import FIREFOX, ServerThread, free_port, serve_process, wait_until_healthy
 
 pytestmark = pytest.mark.e2e
 
@@ -95,14 +94,7 @@ def test_nginx_front_serves_crawlers_from_the_gate_and_keeps_admin_closed(
         nginx = subprocess.Popen([nginx_binary, "-c", str(config), "-p", str(nginx_dir)], stderr=subprocess.DEVNULL)
         front = f"http://127.0.0.1:{nginx_port}"
         try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    httpx.get(front + "/_crawlergate/healthz")
-                    break
-                except httpx.TransportError:
-                    assert nginx.poll() is None and time.monotonic() < deadline, "nginx did not start"
-                    time.sleep(0.1)
+            wait_until_healthy(nginx, front, seconds=20)  # the gate's healthz, through nginx
             visitor = httpx.Client(transport=httpx.HTTPTransport(local_address=VISITOR))
             # Crawlers: the gate's cached page, through nginx, compressed once.
             first = visitor.get(front + "/showthread.php?t=3", headers=GOOGLEBOT)

@@ -35,8 +35,7 @@ class GateFigures:
 
     def stats(self) -> dict[str, object]:
         core = self.core
-        if self.flush_fills is not None:
-            self.flush_fills(FLUSH_WAIT_S)
+        self._fills_written()
         data = core.metrics.snapshot()
         data["valve"] = {**core.valve.status(), "refused": data.pop("refused")}
         data["evidence"] = {
@@ -50,6 +49,10 @@ class GateFigures:
             data["regeneration"] = self.regeneration.status()
         return data
 
+    def _fills_written(self) -> None:
+        if self.flush_fills is not None:
+            self.flush_fills(FLUSH_WAIT_S)
+
     def dirty_count(self) -> int:
         """Marked pages the cache still holds (an evicted page's mark stays in the catalogue until it returns): each
         page's file says."""
@@ -59,8 +62,7 @@ class GateFigures:
 
     def prometheus(self) -> str:
         core = self.core
-        if self.flush_fills is not None:
-            self.flush_fills(FLUSH_WAIT_S)
+        self._fills_written()
         gauges: dict[str, float] = {
             "crawlergate_l2_pages": len(core.cache.l2),
             "crawlergate_l2_bytes": core.cache.l2.used_bytes,

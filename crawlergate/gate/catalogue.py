@@ -291,6 +291,9 @@ class PageCatalogue:
 
         A busy or failing index is logged (at most once a minute), never raised: the pages are stored anyway.
         """
+        pages = list(pages)
+        if not pages:
+            return
         now = self.clock()
         try:
             with self._lock, self._writing() as (database, seq):

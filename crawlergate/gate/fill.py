@@ -188,11 +188,9 @@ class Filler:
         # Compressing, hashing and checksumming a big page takes the event loop for a while (297 ms for 8 MB): a
         # thread.
         if len(response.body) > INLINE_PAGE_BYTES:
-            judged = await anyio.to_thread.run_sync(self.judge_fill, key, response, previous, generation_ms)
-            data = await anyio.to_thread.run_sync(self.cache.hold, key, judged) if isinstance(judged, Page) else b""
+            judged, data = await anyio.to_thread.run_sync(self._judged_and_held, key, response, previous, generation_ms)
         else:
-            judged = self.judge_fill(key, response, previous, generation_ms)
-            data = self.cache.hold(key, judged) if isinstance(judged, Page) else b""
+            judged, data = self._judged_and_held(key, response, previous, generation_ms)
         if isinstance(judged, Page) and not self.writer.write(key, judged, data, fetched_at):
             await anyio.to_thread.run_sync(self.writer.write_blocking, key, judged, data, fetched_at)
         return self._counted(judged)
@@ -208,10 +206,17 @@ class Filler:
             raise
         finally:
             self.valve.left()
-        judged = self.judge_fill(key, response, generation_ms=self._count_fetch(started, key))
+        judged, data = self._judged_and_held(key, response, None, self._count_fetch(started, key))
         if isinstance(judged, Page):
-            self.writer.write_blocking(key, judged, self.cache.hold(key, judged), fetched_at)
+            self.writer.write_blocking(key, judged, data, fetched_at)
         return self._counted(judged)
+
+    def _judged_and_held(
+        self, key: CacheKey, response: OriginResponse, previous: Page | None, generation_ms: float
+    ) -> tuple[Page | NotStored, bytes]:
+        """``judge_fill``, and a page to store held in memory (``TwoLevelCache.hold``) with its bytes."""
+        judged = self.judge_fill(key, response, previous, generation_ms)
+        return judged, self.cache.hold(key, judged) if isinstance(judged, Page) else b""
 
     def judge_fill(
         self, key: CacheKey, response: OriginResponse, previous: Page | None = None, generation_ms: float = 0.0

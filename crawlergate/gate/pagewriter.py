@@ -66,14 +66,13 @@ class PageWriter:
         self._done = 0
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._closing = False
         self._closed = False
         after_fork_in_child(self, PageWriter._forget_parent)
 
     def write(self, key: CacheKey, page: Page, data: bytes, fetched_at: float | None) -> bool:
         """Queue a held page; False (nothing queued) when the queue is full."""
         with self._changed:
-            if self._queue and (len(self._queue) >= MAX_PAGES or self._queued_bytes + len(data) > MAX_BYTES):
+            if self._full(len(data)):
                 return False
             self._enqueue(Held(key, page, data, fetched_at))
         return True
@@ -81,7 +80,7 @@ class PageWriter:
     def write_blocking(self, key: CacheKey, page: Page, data: bytes, fetched_at: float | None) -> None:
         """Queue a held page, waiting for room (a thread's call)."""
         with self._changed:
-            while self._queue and (len(self._queue) >= MAX_PAGES or self._queued_bytes + len(data) > MAX_BYTES):
+            while self._full(len(data)):
                 self._changed.wait()
             self._enqueue(Held(key, page, data, fetched_at))
 
@@ -96,7 +95,7 @@ class PageWriter:
         """Write what is queued, then stop the thread; a page held after this is not written (the stores are
         closing): its next request fills it again."""
         with self._changed:
-            self._closing = self._closed = True
+            self._closed = True
             self._changed.notify_all()
         if self._thread is not None:
             self._thread.join()
@@ -106,6 +105,10 @@ class PageWriter:
         """In a forked child: the parent's queue is the parent's to write; this process starts its own."""
         self._queue, self._queued_bytes, self._queued, self._done = deque(), 0, 0, 0
         self._changed, self._thread = threading.Condition(), None
+
+    def _full(self, size: int) -> bool:
+        """Whether a page of ``size`` bytes must wait for room (an empty queue takes any page)."""
+        return bool(self._queue) and (len(self._queue) >= MAX_PAGES or self._queued_bytes + size > MAX_BYTES)
 
     def _enqueue(self, held: Held) -> None:
         if self._closed:
@@ -121,7 +124,7 @@ class PageWriter:
     def _run(self) -> None:
         while True:
             with self._changed:
-                self._changed.wait_for(lambda: self._queue or self._closing)
+                self._changed.wait_for(lambda: self._queue or self._closed)
                 if not self._queue:
                     return
                 batch = [self._queue.popleft() for _ in range(min(BATCH_PAGES, len(self._queue)))]

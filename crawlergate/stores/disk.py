@@ -170,7 +170,7 @@ class DiskStore:
         """Run ``work`` in the index's transaction if the page's file is there, counting the bytes it returns as
         added (and evicting past the cap, never this page); False when the page is gone."""
         with self.index.writing() as write:
-            if not self.path_for(key).exists():
+            if not self.has_file(key):
                 return False
             write.add_other(work())
             self._evict_past_cap(write, keep=key)
@@ -190,7 +190,7 @@ class DiskStore:
         except OSError as exc:
             raise StoreUnavailable(f"L2 read of {key}: {exc.strerror}") from exc
         self._used[key] = self._clock()
-        if self._housekeeper is None and self._running:
+        if self._housekeeper is None:
             self._start_housekeeper()  # a forked child's first read
         return data
 
@@ -203,7 +203,7 @@ class DiskStore:
         which evicts past the cap before it ends; the keys written. A full disk makes room and tries once more.
         When the transaction fails, the files it renamed are deleted (a file without its row would be counted
         by nobody), and StoreUnavailable is raised; a page that could not be written is logged."""
-        if self._housekeeper is None and self._running:
+        if self._housekeeper is None:
             self._start_housekeeper()  # a forked child's first write
         failed: OSError | None = None
         placed: list[str] = []
@@ -217,12 +217,11 @@ class DiskStore:
                 except OSError as exc:
                     failed = exc
             if ready:
-                last = next(reversed(ready))
                 with self.index.writing() as write:
                     now = self._clock()
                     for key, (temp, size) in list(ready.items()):
                         # Room first, page by page: a batch never takes the folder past the cap and one page.
-                        self._evict_down_to(write, self.max_bytes - size, last, EVICT_BATCH)
+                        self._evict_past_cap(write, keep=key, room=size)
                         try:
                             self._place(write, temp, key, size)
                         except OSError as exc:
@@ -231,7 +230,6 @@ class DiskStore:
                         del ready[key]
                         placed.append(key)
                         write.put(key, size, now)
-                    self._evict_past_cap(write, keep=last)
         except StoreUnavailable:
             for key in placed:
                 with contextlib.suppress(OSError):
@@ -288,7 +286,7 @@ class DiskStore:
         try:
             with self.index.writing() as write:
                 with contextlib.suppress(FileNotFoundError):
-                    self.path_for(key).unlink()
+                    os.unlink(self._file(key))
                 write.remove(key)
                 write.add_other(-self.on_delete(key))
         except OSError as exc:
@@ -298,9 +296,10 @@ class DiskStore:
     def digests(self) -> list[str]:
         return self.index.keys()
 
-    def _evict_past_cap(self, write: IndexWrite, keep: str = "") -> None:
-        """Evict down to the cap, at most EVICT_BATCH pages; the housekeeper goes on if that was not enough."""
-        if not self._evict_down_to(write, self.max_bytes, keep, EVICT_BATCH):
+    def _evict_past_cap(self, write: IndexWrite, keep: str = "", room: int = 0) -> None:
+        """Evict down to the cap (less ``room`` bytes), at most EVICT_BATCH pages; the housekeeper goes on if that
+        was not enough."""
+        if not self._evict_down_to(write, self.max_bytes - room, keep, EVICT_BATCH):
             self._over_cap.set()
 
     def _evict_down_to(self, write: IndexWrite, goal: int, keep: str, most: int) -> bool:
@@ -337,8 +336,9 @@ class DiskStore:
 
     # the housekeeper
     def _start_housekeeper(self) -> None:
+        """Start the housekeeper of a started store, unless it runs (a closed store has none)."""
         with self._housekeeper_lock:
-            if self._housekeeper is not None:
+            if self._housekeeper is not None or not self._running:
                 return
             self._stopping.clear()
             self._housekeeper = threading.Thread(target=self._housekeep, name="crawlergate-l2", daemon=True)

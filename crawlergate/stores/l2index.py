@@ -77,11 +77,6 @@ class IndexWrite:
         (total,) = self._database.execute("SELECT page_bytes + other_bytes FROM totals WHERE id = 0").fetchone()
         return max(0, int(total))
 
-    def bytes_of(self, key: str) -> int:
-        """The page's size as counted; 0 when it has no row."""
-        row = self._database.execute("SELECT bytes FROM pages WHERE key = ?", (key,)).fetchone()
-        return 0 if row is None else int(row[0])
-
     def put(self, key: str, size: int, used: float) -> None:
         self._database.execute(
             "INSERT INTO pages VALUES (?, ?, ?) ON CONFLICT (key) DO UPDATE SET bytes = excluded.bytes, "
@@ -92,10 +87,8 @@ class IndexWrite:
     def put_many(self, rows: list[tuple[str, int, float]]) -> None:
         self._database.executemany("INSERT OR IGNORE INTO pages VALUES (?, ?, ?)", rows)
 
-    def remove(self, key: str) -> int:
-        """Drop the page's row; the bytes it counted (0 when there was none)."""
-        row = self._database.execute("DELETE FROM pages WHERE key = ? RETURNING bytes", (key,)).fetchone()
-        return 0 if row is None else int(row[0])
+    def remove(self, key: str) -> None:
+        self._database.execute("DELETE FROM pages WHERE key = ?", (key,))
 
     def mark_used(self, used: dict[str, float]) -> None:
         rows = [(when, key) for key, when in used.items()]

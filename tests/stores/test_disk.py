@@ -5,6 +5,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -158,9 +159,7 @@ def test_disk_store_lowered_cap_is_reached_in_the_background(tmp_path: Path) -> 
     second = DiskStore(tmp_path, max_bytes=EVICT_BATCH * 4096 // 2)
     second.start()
     second.set(KEY_A, b"x")  # evicts one batch; the housekeeper the rest, a batch a transaction
-    deadline = time.monotonic() + 10
-    while second.used_bytes > second.max_bytes and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_until(lambda: second.used_bytes <= second.max_bytes)
     assert second.used_bytes <= second.max_bytes
     assert len(list(tmp_path.rglob("*.page"))) == len(second) == EVICT_BATCH // 2
     assert second.get(KEY_A) == b"x"  # the last page written stays
@@ -178,8 +177,7 @@ def test_disk_store_never_lists_the_folder_once_loaded(tmp_path: Path, monkeypat
     monkeypatch.setattr(disk, "LOAD_PAUSE_S", 0.02)  # a slow loader, to start a second worker beside it
     loader = DiskStore(tmp_path, max_bytes=10**10)
     loader.start()
-    while loader.loading() is None:
-        time.sleep(0.001)
+    _wait_until(lambda: loader.loading() is not None, poll_s=0.001)
     beside = DiskStore(tmp_path, max_bytes=10**10)
     beside.start()
     assert loader.loading() is not None and beside.loading() is not None
@@ -257,9 +255,7 @@ def test_disk_store_index_damaged_while_serving_is_rebuilt_and_every_process_mov
     starting = DiskStore(tmp_path, max_bytes=10**6)
     starting.start()  # finds the damage: the file is moved aside, a new one begun
     serving.set(KEY_C, b"page")  # the serving process writes to the new file, not the damaged one
-    deadline = time.monotonic() + 10
-    while sorted(starting.digests()) != [KEY_A, KEY_B, KEY_C] and time.monotonic() < deadline:
-        time.sleep(0.05)  # a housekeeper loads the folder into the new index
+    _wait_until(lambda: sorted(starting.digests()) == [KEY_A, KEY_B, KEY_C])  # a housekeeper loads the folder
     assert sorted(serving.digests()) == sorted(starting.digests()) == [KEY_A, KEY_B, KEY_C]
     assert serving.used_bytes == 3 * 4096 and len(list(tmp_path.glob(f"{INDEX_FILE}.damaged-*[0-9]"))) == 1
 
@@ -310,7 +306,13 @@ def test_disk_store_stopped_while_loading_does_not_say_loading_for_ever(
     monkeypatch.setattr(disk, "LOAD_PAUSE_S", 0.05)
     short_lived = DiskStore(tmp_path, max_bytes=10**6)
     short_lived.start()
-    while short_lived.loading() is None:
-        time.sleep(0.001)
+    _wait_until(lambda: short_lived.loading() is not None, poll_s=0.001)
     short_lived.close()  # a command that ran a moment (a pre-flight check)
     assert DiskStore(tmp_path, max_bytes=10**6).loading() is None
+
+
+def _wait_until(condition: Callable[[], bool], *, seconds: float = 10, poll_s: float = 0.05) -> None:
+    """Poll ``condition`` until it holds, for ``seconds`` at most (what it waits for happens in a thread)."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(poll_s)
