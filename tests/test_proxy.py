@@ -471,6 +471,26 @@ def test_proxy_leftover_bytes_of_an_origin_never_become_a_stored_page(
     assert all(answer.headers["x-crawlergate"] == "l1-hit" for answer in again)
 
 
+def test_proxy_fills_share_kept_alive_connections_that_people_never_use(
+    raw_origin: RawHttpServer, tmp_path: Path
+) -> None:
+    proxy = _proxy(raw_origin.url, tmp_path)
+    try:
+        with httpx.Client(base_url=proxy.url) as client:
+            before = raw_origin.accepted
+            fills = [client.get(f"/thread{number}", headers=GOOGLEBOT) for number in range(5)]
+            by_fills = raw_origin.accepted - before
+            person = client.get("/profile", headers=FIREFOX)
+            with_person = raw_origin.accepted - before
+    finally:
+        proxy.stop()
+    assert [answer.headers["x-crawlergate"] for answer in fills] == ["miss"] * 5
+    assert [answer.text for answer in fills] == [f"<p>page /thread{number}</p>" for number in range(5)]
+    assert person.headers["x-crawlergate"] == "pass"
+    # One connection for five fills (a new one per fill was a fifth of a miss's time); the person gets another.
+    assert (by_fills, with_person) == (1, 2)
+
+
 def test_proxy_refuses_targets_and_hosts_an_origin_must_not_see(raw_origin: RawHttpServer, tmp_path: Path) -> None:
     proxy = _proxy(raw_origin.url, tmp_path)
     try:

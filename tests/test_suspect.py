@@ -322,6 +322,18 @@ def test_valve_a_handful_of_slow_pages_never_trips_it() -> None:
     assert not valve.shedding(now=64.0)
 
 
+def test_valve_works_out_the_window_at_most_every_quarter_second() -> None:
+    """The window's medians take a pass over its answers: once per quarter second, not once per miss."""
+    valve = OverloadValve(ValveSettings(slow_factor=4, slow_ms=100, window_seconds=10))
+    for second in range(30):
+        valve.sample(20.0, f"page{second % 5}", now=float(second))
+    assert not valve.shedding(now=30.0)
+    for page in range(5):
+        valve.sample(2000.0, f"page{page}", now=30.05)
+    assert not valve.shedding(now=30.2)  # as worked out at 30.0
+    assert valve.shedding(now=30.25)
+
+
 def test_valve_off() -> None:
     valve = OverloadValve(ValveSettings(enabled=False, max_in_flight=1))
     valve.entered()
