@@ -61,6 +61,10 @@ PUBLISHED_FOLDER = "published"
 TOUCH_FLUSH_S = 2.0
 # Pages a write evicts at most before it lets the index go; the housekeeper evicts the rest, as many a transaction.
 EVICT_BATCH = 256
+# The longest the housekeeper holds the index (the folder's lock) to evict, and then leaves it (and the disk) as
+# long again to the writes and reads waiting: on a cold disk 256 deletions held it for over a second, and every
+# fill and `stats` waited.
+EVICT_TURN_S = 0.02
 # The loader's pause between two shards, so it leaves the cores to the requests.
 LOAD_PAUSE_S = 0.005
 # On a full disk, a write first frees this share of the cache (or twice the page, if more).
@@ -219,9 +223,12 @@ class DiskStore:
             if ready:
                 with self.index.writing() as write:
                     now = self._clock()
+                    # Room first, page by page: a batch never takes the folder past the cap and one page. A folder
+                    # over the cap already (a lowered cap) is the housekeeper's, in short turns: a batch only keeps
+                    # it from growing.
+                    ceiling = max(self.max_bytes, write.total_bytes())
                     for key, (temp, size) in list(ready.items()):
-                        # Room first, page by page: a batch never takes the folder past the cap and one page.
-                        self._evict_past_cap(write, keep=key, room=size)
+                        self._evict_past_cap(write, keep=key, room=size, ceiling=ceiling)
                         try:
                             self._place(write, temp, key, size)
                         except OSError as exc:
@@ -296,15 +303,16 @@ class DiskStore:
     def digests(self) -> list[str]:
         return self.index.keys()
 
-    def _evict_past_cap(self, write: IndexWrite, keep: str = "", room: int = 0) -> None:
-        """Evict down to the cap (less ``room`` bytes), at most EVICT_BATCH pages; the housekeeper goes on if that
-        was not enough."""
-        if not self._evict_down_to(write, self.max_bytes - room, keep, EVICT_BATCH):
+    def _evict_past_cap(self, write: IndexWrite, keep: str = "", room: int = 0, ceiling: int = 0) -> None:
+        """Evict down to the cap, or ``ceiling`` if higher (less ``room`` bytes), at most EVICT_BATCH pages; the
+        housekeeper goes on down to the cap if that was not enough."""
+        goal = max(self.max_bytes, ceiling) - room
+        if not self._evict_down_to(write, goal, keep, EVICT_BATCH) or goal + room > self.max_bytes:
             self._over_cap.set()
 
-    def _evict_down_to(self, write: IndexWrite, goal: int, keep: str, most: int) -> bool:
-        """In the index's transaction: delete the least recently used pages (but ``keep``), at most ``most``,
-        until the total is at most ``goal``; whether it got there."""
+    def _evict_down_to(self, write: IndexWrite, goal: int, keep: str, most: int, until: float = float("inf")) -> bool:
+        """In the index's transaction: delete the least recently used pages (but ``keep``), at most ``most`` and
+        until ``until`` (time.monotonic), until the total is at most ``goal``; whether it got there."""
         total = write.total_bytes()
         if total > goal:
             # This process's hits first, so its own recent pages are not taken for old ones (other processes' hits
@@ -312,7 +320,7 @@ class DiskStore:
             used, self._used = self._used, {}
             write.mark_used(used)
         evicted = 0
-        while total > goal and evicted < most:
+        while total > goal and evicted < most and time.monotonic() < until:
             victims = [row for row in write.least_recently_used(min(64, most - evicted) + 1) if row[0] != keep]
             if not victims:
                 return True  # nothing left to evict but the page just written (or what is held beside pages)
@@ -330,7 +338,7 @@ class DiskStore:
                 total -= size + freed
                 evicted += 1
                 self.on_evict()
-                if total <= goal:
+                if total <= goal or time.monotonic() >= until:
                     break
         return total <= goal
 
@@ -351,10 +359,11 @@ class DiskStore:
                     self._load_if_nobody_does()
                 self._flush_used()
                 while self._over_cap.is_set() and not self._stopping.is_set():
+                    began = time.monotonic()
                     with self.index.writing() as write:
-                        if self._evict_down_to(write, self.max_bytes, "", EVICT_BATCH):
+                        if self._evict_down_to(write, self.max_bytes, "", EVICT_BATCH, began + EVICT_TURN_S):
                             self._over_cap.clear()
-                    time.sleep(LOAD_PAUSE_S)
+                    time.sleep(max(LOAD_PAUSE_S, time.monotonic() - began))
                 pages, used_bytes, _, loaded_at = self.index.totals()
                 if pages and used_bytes > self.max_bytes:
                     self._over_cap.set()  # another process's write, a lowered cap, or the loader's finds

@@ -5,7 +5,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -158,11 +158,50 @@ def test_disk_store_lowered_cap_is_reached_in_the_background(tmp_path: Path) -> 
     first.close()
     second = DiskStore(tmp_path, max_bytes=EVICT_BATCH * 4096 // 2)
     second.start()
-    second.set(KEY_A, b"x")  # evicts one batch; the housekeeper the rest, a batch a transaction
+    second.set(KEY_A, b"x")  # only keeps the folder from growing; the housekeeper evicts the rest, in turns
     _wait_until(lambda: second.used_bytes <= second.max_bytes)
     assert second.used_bytes <= second.max_bytes
     assert len(list(tmp_path.rglob("*.page"))) == len(second) == EVICT_BATCH // 2
     assert second.get(KEY_A) == b"x"  # the last page written stays
+
+
+def test_disk_store_lowered_cap_is_evicted_in_short_turns_that_let_writes_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a cold disk a deletion costs milliseconds: 256 of them in one transaction held every fill's write and
+    `stats` for over a second. The housekeeper holds the index for EVICT_TURN_S at a time."""
+    first = DiskStore(tmp_path, max_bytes=10**9)
+    first.start()
+    first.set_many([(f"{number:032x}", b"x") for number in range(300)])
+    first.close()
+    unlinked: list[str] = []
+    real_unlink = os.unlink
+
+    def cold_unlink(path: str) -> None:
+        time.sleep(0.005)
+        unlinked.append(path)
+        real_unlink(path)
+
+    second = DiskStore(tmp_path, max_bytes=100 * 4096)
+    per_transaction: list[int] = []
+    writing = second.index.writing
+
+    @contextlib.contextmanager
+    def counted() -> Iterator[IndexWrite]:
+        before = len(unlinked)
+        with writing() as write:
+            yield write
+        per_transaction.append(len(unlinked) - before)
+
+    monkeypatch.setattr(second.index, "writing", counted)
+    monkeypatch.setattr(disk.os, "unlink", cold_unlink)
+    second.start()
+    second.set(KEY_A, b"x")  # a fill's write meanwhile keeps the folder from growing, and waits one turn at most
+    _wait_until(lambda: second.used_bytes <= second.max_bytes)
+    second.close()
+    assert len(list(tmp_path.rglob("*.page"))) == 100 and second.get(KEY_A) == b"x"
+    # 20 ms turns of 5 ms deletions: a handful each, where a transaction took 256.
+    assert sum(per_transaction) >= 201 and max(per_transaction) <= 8, per_transaction
 
 
 def test_disk_store_never_lists_the_folder_once_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
