@@ -9,7 +9,8 @@ first. Sizes, recency and the total live in the folder's shared index (stores/l2
 by every process that writes there (``serve --workers``, the regenerator), so the size is known
 without listing the folder and eviction never lists it either. A write that takes the total past the
 cap evicts before it lets the index go, so the folder holds no more than the cap and one page; a cap
-lowered by much is reached by the housekeeper, a few hundred pages per transaction.
+lowered by much is reached by the housekeeper, in turns of EVICT_TURN_S that leave the index as long
+to the writes waiting (which meanwhile only keep the folder from growing).
 
 At start the housekeeper of one process per folder (the *loader*) lists the folder once, in the
 background, shard by shard: it adds pages the index misses (an older version's, a crash between a
