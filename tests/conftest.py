@@ -249,12 +249,12 @@ def serve_process(
 class RawHttpServer:
     """An HTTP/1.1 server on a raw socket that answers as told, for origins that misbehave on purpose.
 
-    ``answer(method, path)`` gives the bytes to send and whether to close the connection after them
-    (True, or "reset" to close it with a TCP reset, as a crashed worker's is); each connection serves at
-    most 100 requests, and ``accepted`` counts the connections.
+    ``answer(method, path)`` gives the bytes to send (a list: pieces sent 50 ms apart) and whether to close
+    the connection after them (True, or "reset" to close it with a TCP reset, as a crashed worker's is); each
+    connection serves at most 100 requests, and ``accepted`` counts the connections.
     """
 
-    def __init__(self, answer: Callable[[bytes, bytes], tuple[bytes, bool | str]]) -> None:
+    def __init__(self, answer: Callable[[bytes, bytes], tuple[bytes | list[bytes], bool | str]]) -> None:
         self.answer = answer
         self.port = free_port()
         self.accepted = 0
@@ -301,7 +301,10 @@ class RawHttpServer:
                 head, _, buffer = buffer.partition(b"\r\n\r\n")
                 method, path = head.split(b" ")[:2]
                 data, close = self.answer(method, path)
-                connection.sendall(data)
+                for number, piece in enumerate([data] if isinstance(data, bytes) else data):
+                    if number:
+                        time.sleep(0.05)
+                    connection.sendall(piece)
                 if close == "reset":
                     connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 if close:

@@ -10,7 +10,8 @@ was a third of what remained); ``handle_async_request`` serves httpx clients.
 A connection is reused only when its previous answer ended exactly where the protocol says: bytes
 an origin sends past the end of an answer (a body on HEAD, more than its Content-Length) close it,
 so they can never be read as the next request's answer. ``keep_alive=False`` closes every connection
-after one answer (the proxy's HEAD requests).
+after one answer (the proxy's fills and HEAD requests: bytes that arrive after the next request went
+out would be read as its answer).
 
     transport = OriginTransport(max_connections=512)
     address = OriginAddress("http", "127.0.0.1", 8000, b"127.0.0.1:8000")

@@ -92,8 +92,8 @@ class ReverseProxy:
         trusted_proxies: addresses or networks whose X-Forwarded-* headers are believed.
         public_url: the site as the world sees it; empty takes each request's own scheme and Host.
         forward_host: "client" sends the client's Host to the origin, "origin" the origin's address.
-        max_connections: people's connections to the origin at once; fills, and people's HEAD requests,
-            have ``fill_max_connections`` each of their own.
+        max_connections: people's connections to the origin at once; fills and HEAD requests have
+            ``fill_max_connections`` of their own.
         per_client: a client's requests to the origin at once (0: no limit); past it, 503.
         websocket_max_message_bytes: the largest WebSocket message relayed either way; a larger one closes with 1009.
     """
@@ -127,12 +127,11 @@ class ReverseProxy:
         # No httpx client, requests or responses: the client layer (cookies, auth, redirects, hooks) has
         # nothing to do in a proxy and cost ~0.3 ms a request. OriginTransport parses answers in C (httptools).
         self._transport = OriginTransport(max_connections=max_connections)
-        # Fills have a pool of their own: a fill's answer is stored and served to every crawler, so no
-        # person's request may ever share its connection (and plant bytes to be read as its answer). On a
-        # fill connection go only the gate's own guest GETs, and bytes an origin sends past the end of an
-        # answer close it (OriginTransport). A new connection per fill cost a fifth of a miss's time.
-        self._fills = OriginTransport(max_connections=fill_max_connections)
-        # A HEAD answer is where origins most often send a body anyway: its connection is closed after it.
+        # Fills and HEAD requests get a connection of their own, closed after the answer. A fill's answer is
+        # stored and served to every crawler: bytes an origin sends past the end of an answer close a connection
+        # when they arrive while it is idle, but bytes that come later (a second write of a page longer than its
+        # Content-Length, echoing what a client asked for) would be read as the next request's answer on a
+        # connection kept alive. A new connection per fill costs ~65 us of a miss; that is the price.
         self._single_use = OriginTransport(max_connections=fill_max_connections, keep_alive=False)
         self._timeouts = {
             "connect": connect_timeout_s,
@@ -156,7 +155,6 @@ class ReverseProxy:
             return
         self._closed = True
         await self._transport.aclose()
-        await self._fills.aclose()
         await self._single_use.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -204,7 +202,7 @@ class ReverseProxy:
         body_sent = asyncio.Event() if _has_body(scope) else None
         body = _request_body(receive, body_sent) if body_sent is not None else None
         fill = FILL_EXTENSION in scope.get("extensions", {})
-        transport = self._fills if fill else self._single_use if method == "HEAD" else self._transport
+        transport = self._single_use if fill or method == "HEAD" else self._transport
         try:
             exchange = transport.exchange(method, self._address, target, headers, body, self._timeouts)
             # A fill has no client to leave.

@@ -130,7 +130,7 @@ class OverloadValve:
             return saturated
 
     def status(self) -> dict[str, object]:
-        """The valve as it stands now (worked out afresh: the state a miss last saw may be over)."""
+        """The valve as it stands now (the window as worked out at most _RECENT_EVERY_S ago)."""
         now = time.monotonic()
         shedding = self.shedding(now)
         with self._lock:

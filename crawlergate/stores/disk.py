@@ -315,7 +315,8 @@ class DiskStore:
 
     def _evict_down_to(self, write: IndexWrite, goal: int, keep: str, most: int, until: float = float("inf")) -> bool:
         """In the index's transaction: delete the least recently used pages (but ``keep``), at most ``most`` and
-        until ``until`` (time.monotonic), until the total is at most ``goal``; whether it got there."""
+        until ``until`` (time.monotonic; one page at least), until the total is at most ``goal``; whether it got
+        there."""
         total = write.total_bytes()
         if total > goal and write is not self._hits_written_in:
             # This process's hits first, once a transaction, so its own recent pages are not taken for old ones
@@ -325,7 +326,7 @@ class DiskStore:
             write.mark_used(used)
             self._hits_written_in = write
         evicted = 0
-        while total > goal and evicted < most and time.monotonic() < until:
+        while total > goal and evicted < most and (not evicted or time.monotonic() < until):
             victims = [row for row in write.least_recently_used(min(64, most - evicted) + 1) if row[0] != keep]
             if not victims:
                 return True  # nothing left to evict but the page just written (or what is held beside pages)
@@ -364,8 +365,8 @@ class DiskStore:
                     self._load_if_nobody_does()
                 self._flush_used()
                 while self._over_cap.is_set() and not self._stopping.is_set():
-                    began = time.monotonic()
                     with self.index.writing() as write:
+                        began = time.monotonic()  # the turn is the time it holds the index, not its wait for it
                         if self._evict_down_to(write, self.max_bytes, "", EVICT_BATCH, began + EVICT_TURN_S):
                             self._over_cap.clear()
                     time.sleep(max(LOAD_PAUSE_S, time.monotonic() - began))
