@@ -5,8 +5,9 @@
 2. Starts `serve` on the big folder: seconds to `healthz`, to the first L2 hit, to the end of the background load.
 3. Idle CPU of the serving process over `--idle-seconds` after the load, and its RSS beyond the configured L1.
 4. L2 hits (wrk, random stored pages, Googlebot) on N and on 10,000 pages, the two in turn: requests/s and p50.
-5. Misses (wrk, a new URL per request) through `serve` and through nginx proxy_cache in front of the same origin
-   (nginx sending one 6 KB page for every URL), `--workers` each, alternately, `--rounds` times: medians.
+5. Misses (wrk, a new URL per request) through `serve`, once its background load ended, and through nginx
+   proxy_cache in front of the same origin (nginx sending one 6 KB page for every URL), `--workers` each,
+   alternately, `--rounds` times: medians.
 6. Eviction: `serve` restarted with the cap 10 % under what is stored, under an L2-hit load: seconds until the
    folder is under the cap, and wrk's p99 and longest request meanwhile.
 
@@ -292,6 +293,7 @@ def main() -> int:
         stop(gate)
         gate = start_gate(big, gate_port, origin_port, cap, args.workers)
         started(gate, gate_port, time.monotonic(), args.pages)
+        wait_loaded(gate_port)  # as the hits: a server up for a while (its start-up is measured above)
         proxy = start_proxy_cache(work / "nginx", nginx_port, origin_port, args.workers)
         processes.append(proxy)
         wait_for(nginx_port)

@@ -41,6 +41,7 @@ from crawlergate.errors import ConfigError, StoreUnavailable
 from crawlergate.forksafe import after_fork_in_child
 from crawlergate.stores.l2index import IndexWrite, L2Index
 from crawlergate.stores.owner import SITES_FOLDER
+from crawlergate.stores.presence import PRESENCE_FILE, SLOTS_PER_BLOCK, PresenceFilter
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class DiskStore:
         self.max_bytes = max_bytes
         self.page_max_bytes = page_max_bytes
         self.index = L2Index(root / INDEX_FILE)
+        self.presence = PresenceFilter(root / PRESENCE_FILE, slots=max_bytes // BLOCK_BYTES * SLOTS_PER_BLOCK)
         self._clock = clock
         # Hits since the housekeeper last wrote them: key -> when (a dict assignment: no lock on the read path).
         self._used: dict[str, float] = {}
@@ -115,6 +117,7 @@ class DiskStore:
             probe.write_bytes(b"")
             probe.unlink()
             self.index.open()
+            self.presence.open()
         except (OSError, StoreUnavailable) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise ConfigError(f"Cache directory '{self.root}' is not usable: {reason}.") from None
@@ -134,6 +137,7 @@ class DiskStore:
         except StoreUnavailable as exc:
             logger.warning("L2 hits not recorded at close: %s", exc)
         self.index.close()
+        self.presence.close()
 
     def _forget_parent(self) -> None:
         """In a forked child (a pre-forking server): no housekeeper yet (the first read or write starts one),
@@ -188,6 +192,10 @@ class DiskStore:
         with self.index.writing() as write:
             write.add_other(work())
 
+    def may_have(self, key: str) -> bool:
+        """False when the page is surely not in the folder, known from memory (stores/presence.py)."""
+        return self.presence.may_have(key)
+
     def get(self, key: str) -> bytes | None:
         try:
             with open(self._file(key), "rb") as page:
@@ -223,6 +231,7 @@ class DiskStore:
                     ready[key] = (self._write_temp(key, value), on_disk(len(value)))
                 except OSError as exc:
                     failed = exc
+            marked = self.presence.add(ready)  # before any file appears: "surely absent" must never be wrong
             if ready:
                 with self.index.writing() as write:
                     now = self._clock()
@@ -240,6 +249,7 @@ class DiskStore:
                         del ready[key]
                         placed.append(key)
                         write.put(key, size, now)
+                self.presence.confirm(placed, marked)
         except StoreUnavailable:
             for key in placed:
                 with contextlib.suppress(OSError):
@@ -406,6 +416,7 @@ class DiskStore:
         """List the folder once, shard by shard, each in a transaction of its own: the index and the files
         agree after it (see the module)."""
         began = time.monotonic()
+        self.presence.renew()
         with self.index.writing() as write:
             write.set_loading(len(SHARDS))
         self._move_pages_of_older_layouts()
@@ -421,6 +432,7 @@ class DiskStore:
             # Publishes during the walk may be counted twice or not at all: off by a few pages, once per start.
             write.set_other(published)
             write.set_loading(0, loaded_at=self._clock())
+        self.presence.complete()
         pages, total, _, _ = self.index.totals()
         logger.info(
             "L2 %s loaded in %.1f s: %s pages, %.1f MB", self.root, time.monotonic() - began, f"{pages:,}", total / 1e6
@@ -443,6 +455,7 @@ class DiskStore:
                     found.add(name.removesuffix(SUFFIX))
                 elif entry.is_dir(follow_symlinks=False):
                     found.update(key for key in self._move_pages_under(entry.path) if key.startswith(shard))
+        self.presence.add(found)
         with self.index.writing() as write:
             indexed = write.keys_from(shard)
             write.remove_many([key for key in indexed - found if not os.path.exists(self._file(key))])

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlergate.errors import StoreUnavailable
-from crawlergate.forksafe import after_fork_in_child
+from crawlergate.forksafe import after_fork_in_child, no_fork_inside
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +139,7 @@ class L2Index:
         self._connection: sqlite3.Connection | None = None
         self._inode = 0
         after_fork_in_child(self, L2Index._forget_parent)
+        no_fork_inside(self, lambda index: index._lock)
 
     def open(self) -> None:
         """Open (or create) the file; a damaged one is moved aside (``….damaged-<time>``) and begun anew.
