@@ -10,7 +10,9 @@ by every process that writes there (``serve --workers``, the regenerator), so th
 without listing the folder and eviction never lists it either. A write that takes the total past the
 cap evicts before it lets the index go, so the folder holds no more than the cap and one page; a cap
 lowered by much is reached by the housekeeper, in turns of EVICT_TURN_S that leave the index as long
-to the writes waiting (which meanwhile only keep the folder from growing).
+to the writes waiting (which meanwhile only keep the folder from growing). Which pages the folder surely
+lacks is known from memory (``may_have``: the presence filter of stores/presence.py, which every write
+marks before its file appears and the loader renews).
 
 At start the housekeeper of one process per folder (the *loader*) lists the folder once, in the
 background, shard by shard: it adds pages the index misses (an older version's, a crash between a
