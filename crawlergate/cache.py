@@ -163,10 +163,6 @@ class TwoLevelCache:
         if entry is not None:
             self._decoded_bytes -= 2 * len(entry[0])
 
-    def l2_may_have(self, key: CacheKey) -> bool:
-        """False when L2 surely lacks the page (known from memory: no disk, no thread)."""
-        return self.l2.may_have(key.digest)
-
     def lookup_l2(self, key: CacheKey, kind: str = "crawler") -> CacheHit | None:
         """The L2 copy, promoted into L1 on the way.
 

@@ -48,18 +48,13 @@ class Runner:
     def __init__(self, runtime: GateRuntime, site: Site) -> None:
         self.runtime, self.site = runtime, site
         self.steps: list[str] = []
-        self.l2_reads = 0
         self.background_work: list[Callable[[], object]] = []
 
     def lookup_l1(self, key: CacheKey) -> CacheHit | None:
         self.steps.append("Lookup")
         return self.runtime.core.cache.lookup_l1(key)
 
-    def l2_may_have(self, key: CacheKey) -> bool:
-        return self.runtime.core.cache.l2_may_have(key)
-
     async def lookup_l2(self, key: CacheKey) -> CacheHit | None:
-        self.l2_reads += 1
         return self.runtime.core.cache.lookup_l2(key)
 
     async def fill(self, key: CacheKey, client: str | None, context: Any) -> FillResult:
@@ -126,29 +121,6 @@ def test_flow_crawler_miss_then_hit_and_head(gate: Any) -> None:
     assert head is not None and head.response[2] == b"" and site.fetched == ["/showthread.php?t=1"]
     stats = runtime.figures.stats()
     assert sum(stats[kind]["l1_hits"] for kind in ("crawler", "suspect")) == 2  # counted once sent, as a claimant
-
-
-def test_flow_a_miss_reads_no_disk_once_the_folder_is_loaded(gate: Any) -> None:
-    """L2 surely lacking a page is known from memory (stores/presence.py): a crawl of new pages waits for no disk,
-    while a page L1 forgot is still read from L2."""
-    runtime, site, _ = gate
-    assert runtime.core.cache.l2.wait_loaded(10)
-    runner = Runner(runtime, site)
-
-    def through(target: str) -> str:
-        path, _, query = target.partition("?")
-        request = Request("GET", path, path.encode(), query.encode(), GOOGLEBOT, "203.0.113.9")
-        decision = runtime.core.decide(request)
-        answer = run_blocking(runtime.flow.answer(request, decision), runner, None)
-        runtime.filler.writer.flush()
-        return outcome(answer)
-
-    assert [through(f"/showthread.php?t={number}") for number in range(5)] == ["miss"] * 5
-    assert runner.l2_reads == 0
-    key = runtime.core.keys.key_for(b"/showthread.php", b"t=3")
-    assert key is not None
-    runtime.core.cache.forget_local([key.digest])
-    assert through("/showthread.php?t=3") == "l2-hit" and runner.l2_reads == 1
 
 
 def test_flow_people_sessions_and_too_long_targets(gate: Any) -> None:

@@ -21,7 +21,6 @@ from crawlergate.metrics import Metrics
 from crawlergate.stores.disk import INDEX_FILE, LOADER_LOCK_FILE, DiskStore
 from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.owner import MARKER_FILE
-from crawlergate.stores.presence import PRESENCE_FILE
 from tests.conftest import FIREFOX, MemcachedServer
 
 pytestmark = pytest.mark.anyio
@@ -414,12 +413,12 @@ async def test_middleware_path_tricks_stay_inside_the_cache(
     l2 = tmp_path / "l2"
     for file in l2.rglob("*"):
         assert file.resolve().is_relative_to(l2.resolve())
-        # Pages, the page catalogue, L2's shared index, presence filter and loader's lock, whose folder it is:
-        # nothing named by the URL.
+        # Pages, the page catalogue, L2's shared index and its loader's lock, whose folder it is: nothing named by
+        # the URL.
         assert (
             file.is_dir()
             or file.name.endswith(".page")
-            or file.name.startswith(("dirty.sqlite3", INDEX_FILE, PRESENCE_FILE, LOADER_LOCK_FILE, MARKER_FILE))
+            or file.name.startswith(("dirty.sqlite3", INDEX_FILE, LOADER_LOCK_FILE, MARKER_FILE))
         )
 
 

@@ -25,7 +25,6 @@ class GateAdapter:
         # The flow's L1 step, called inline by every adapter (memcached too: threads measured slower, since
         # pymemcache's Python does not overlap under the GIL).
         self.lookup_l1 = self.cache.lookup_l1
-        self.l2_may_have = self.cache.l2_may_have
 
     def start(self) -> None:
         """Prepare the stores (create the L2 directory) and the access log; raises ConfigError when unusable."""

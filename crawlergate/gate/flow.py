@@ -113,8 +113,6 @@ class StepRunner(Protocol):
 
     def lookup_l1(self, key: CacheKey) -> CacheHit | None: ...
 
-    def l2_may_have(self, key: CacheKey) -> bool: ...
-
     async def lookup_l2(self, key: CacheKey) -> CacheHit | None: ...
 
     async def fill(self, key: CacheKey, client: str | None, context: Any) -> FillResult: ...
@@ -158,8 +156,7 @@ def advance(steps: Steps | None, runner: StepRunner, reply: Any = None) -> Answe
         if isinstance(step, Lookup):
             # L1 answers at once (the embedded store in microseconds, memcached within its timeout).
             reply = runner.lookup_l1(step)
-            # L2 surely lacking the page is known from memory: a miss waits for no disk (nor thread).
-            if reply is None and runner.l2_may_have(step):
+            if reply is None:
                 return Waiting(steps, step)
         elif isinstance(step, Background):
             runner.background(step.work)

@@ -10,9 +10,7 @@ by every process that writes there (``serve --workers``, the regenerator), so th
 without listing the folder and eviction never lists it either. A write that takes the total past the
 cap evicts before it lets the index go, so the folder holds no more than the cap and one page; a cap
 lowered by much is reached by the housekeeper, in turns of EVICT_TURN_S that leave the index as long
-to the writes waiting (which meanwhile only keep the folder from growing). Which pages the folder surely
-lacks is known from memory (``may_have``: the presence filter of stores/presence.py, which every write
-marks before its file appears and the loader renews).
+to the writes waiting (which meanwhile only keep the folder from growing).
 
 At start the housekeeper of one process per folder (the *loader*) lists the folder once, in the
 background, shard by shard: it adds pages the index misses (an older version's, a crash between a
@@ -43,7 +41,6 @@ from crawlergate.errors import ConfigError, StoreUnavailable
 from crawlergate.forksafe import after_fork_in_child
 from crawlergate.stores.l2index import IndexWrite, L2Index
 from crawlergate.stores.owner import SITES_FOLDER
-from crawlergate.stores.presence import PRESENCE_FILE, SLOTS_PER_BLOCK, PresenceFilter
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +88,6 @@ class DiskStore:
         self.max_bytes = max_bytes
         self.page_max_bytes = page_max_bytes
         self.index = L2Index(root / INDEX_FILE)
-        self.presence = PresenceFilter(root / PRESENCE_FILE, slots=max_bytes // BLOCK_BYTES * SLOTS_PER_BLOCK)
         self._clock = clock
         # Hits since the housekeeper last wrote them: key -> when (a dict assignment: no lock on the read path).
         self._used: dict[str, float] = {}
@@ -119,7 +115,6 @@ class DiskStore:
             probe.write_bytes(b"")
             probe.unlink()
             self.index.open()
-            self.presence.open()
         except (OSError, StoreUnavailable) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise ConfigError(f"Cache directory '{self.root}' is not usable: {reason}.") from None
@@ -139,7 +134,6 @@ class DiskStore:
         except StoreUnavailable as exc:
             logger.warning("L2 hits not recorded at close: %s", exc)
         self.index.close()
-        self.presence.close()
 
     def _forget_parent(self) -> None:
         """In a forked child (a pre-forking server): no housekeeper yet (the first read or write starts one),
@@ -194,10 +188,6 @@ class DiskStore:
         with self.index.writing() as write:
             write.add_other(work())
 
-    def may_have(self, key: str) -> bool:
-        """False when the page is surely not in the folder, known from memory (stores/presence.py)."""
-        return self.presence.may_have(key)
-
     def get(self, key: str) -> bytes | None:
         try:
             with open(self._file(key), "rb") as page:
@@ -233,7 +223,6 @@ class DiskStore:
                     ready[key] = (self._write_temp(key, value), on_disk(len(value)))
                 except OSError as exc:
                     failed = exc
-            marked = self.presence.add(ready)  # before any file appears: "surely absent" must never be wrong
             if ready:
                 with self.index.writing() as write:
                     now = self._clock()
@@ -251,7 +240,6 @@ class DiskStore:
                         del ready[key]
                         placed.append(key)
                         write.put(key, size, now)
-                self.presence.confirm(placed, marked)
         except StoreUnavailable:
             for key in placed:
                 with contextlib.suppress(OSError):
@@ -418,7 +406,6 @@ class DiskStore:
         """List the folder once, shard by shard, each in a transaction of its own: the index and the files
         agree after it (see the module)."""
         began = time.monotonic()
-        self.presence.renew()
         with self.index.writing() as write:
             write.set_loading(len(SHARDS))
         self._move_pages_of_older_layouts()
@@ -434,7 +421,6 @@ class DiskStore:
             # Publishes during the walk may be counted twice or not at all: off by a few pages, once per start.
             write.set_other(published)
             write.set_loading(0, loaded_at=self._clock())
-        self.presence.complete()
         pages, total, _, _ = self.index.totals()
         logger.info(
             "L2 %s loaded in %.1f s: %s pages, %.1f MB", self.root, time.monotonic() - began, f"{pages:,}", total / 1e6
@@ -457,7 +443,6 @@ class DiskStore:
                     found.add(name.removesuffix(SUFFIX))
                 elif entry.is_dir(follow_symlinks=False):
                     found.update(key for key in self._move_pages_under(entry.path) if key.startswith(shard))
-        self.presence.add(found)
         with self.index.writing() as write:
             indexed = write.keys_from(shard)
             write.remove_many([key for key in indexed - found if not os.path.exists(self._file(key))])
