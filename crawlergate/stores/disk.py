@@ -91,8 +91,6 @@ class DiskStore:
         self._clock = clock
         # Hits since the housekeeper last wrote them: key -> when (a dict assignment: no lock on the read path).
         self._used: dict[str, float] = {}
-        # The index transaction that last took them (evictions write them once a transaction).
-        self._hits_written_in: IndexWrite | None = None
         self._started_at = 0.0
         self._loaded = threading.Event()
         self._stopping = threading.Event()
@@ -318,13 +316,13 @@ class DiskStore:
         until ``until`` (time.monotonic; one page at least), until the total is at most ``goal``; whether it got
         there."""
         total = write.total_bytes()
-        if total > goal and write is not self._hits_written_in:
+        if total > goal and not write.hits_written:
             # This process's hits first, once a transaction, so its own recent pages are not taken for old ones
             # (other processes' hits are at most TOUCH_FLUSH_S late). Once a page, a batch's writes paid for every
             # hit since the page before, each an update of the recency order: a third of the writer's time.
             used, self._used = self._used, {}
             write.mark_used(used)
-            self._hits_written_in = write
+            write.hits_written = True
         evicted = 0
         while total > goal and evicted < most and (not evicted or time.monotonic() < until):
             victims = [row for row in write.least_recently_used(min(64, most - evicted) + 1) if row[0] != keep]

@@ -71,6 +71,8 @@ class IndexWrite:
 
     def __init__(self, database: sqlite3.Connection) -> None:
         self._database = database
+        # Whether a process's hits counted in memory were written in this transaction (evictions write them once).
+        self.hits_written = False
 
     def total_bytes(self) -> int:
         """The folder's size as counted: the pages and what else is held for them."""

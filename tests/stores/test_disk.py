@@ -339,6 +339,42 @@ def test_disk_store_in_a_forked_child_reads_writes_and_records_hits(tmp_path: Pa
     assert store.get(KEY_B) == b"child's page" and KEY_B in store.digests()
 
 
+def test_disk_store_forked_during_another_threads_transaction_writes_in_the_child(tmp_path: Path) -> None:
+    """SQLite keeps a process's file locks in its own memory: a child forked in the middle of a parent thread's
+    index transaction inherited them held, and its own writes waited for ever. Fork waits for the transaction."""
+    store = DiskStore(tmp_path, max_bytes=10**6)
+    store.start()
+    store.set(KEY_A, b"page")
+    inside, release = threading.Event(), threading.Event()
+
+    def long_transaction() -> None:
+        with store.index.writing():
+            inside.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=long_transaction)
+    holder.start()
+    assert inside.wait(5)
+    threading.Timer(0.2, release.set).start()  # the fork below waits for this transaction to end
+    child = os.fork()
+    if child == 0:
+        try:
+            store.set(KEY_B, b"child's page")
+            os._exit(0 if store.get(KEY_A) == b"page" else 1)
+        finally:
+            os._exit(2)
+    holder.join()
+    deadline = time.monotonic() + 20
+    while (status := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if status[0] == 0:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+    assert status[0] == child and os.waitstatus_to_exitcode(status[1]) == 0
+    assert store.get(KEY_B) == b"child's page"
+    store.close()
+
+
 def test_disk_store_stopped_while_loading_does_not_say_loading_for_ever(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
