@@ -194,7 +194,7 @@ def test_disk_store_lowered_cap_is_evicted_in_short_turns_that_let_writes_in(
         per_transaction.append(len(unlinked) - before)
 
     monkeypatch.setattr(second.index, "writing", counted)
-    monkeypatch.setattr(disk.os, "unlink", cold_unlink)
+    monkeypatch.setattr(os, "unlink", cold_unlink)
     second.start()
     second.set(KEY_A, b"x")  # a fill's write meanwhile keeps the folder from growing, and waits one turn at most
     _wait_until(lambda: second.used_bytes <= second.max_bytes)
@@ -329,13 +329,7 @@ def test_disk_store_in_a_forked_child_reads_writes_and_records_hits(tmp_path: Pa
             os._exit(0 if ok else 1)
         finally:
             os._exit(2)
-    deadline = time.monotonic() + 20
-    while (status := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if status[0] == 0:
-        os.kill(child, 9)
-        os.waitpid(child, 0)
-    assert status[0] == child and os.waitstatus_to_exitcode(status[1]) == 0
+    assert _exit_code_of(child) == 0
     assert store.get(KEY_B) == b"child's page" and KEY_B in store.digests()
 
 
@@ -364,13 +358,7 @@ def test_disk_store_forked_during_another_threads_transaction_writes_in_the_chil
         finally:
             os._exit(2)
     holder.join()
-    deadline = time.monotonic() + 20
-    while (status := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if status[0] == 0:
-        os.kill(child, 9)
-        os.waitpid(child, 0)
-    assert status[0] == child and os.waitstatus_to_exitcode(status[1]) == 0
+    assert _exit_code_of(child) == 0
     assert store.get(KEY_B) == b"child's page"
     store.close()
 
@@ -384,6 +372,18 @@ def test_disk_store_stopped_while_loading_does_not_say_loading_for_ever(
     _wait_until(lambda: short_lived.loading() is not None, poll_s=0.001)
     short_lived.close()  # a command that ran a moment (a pre-flight check)
     assert DiskStore(tmp_path, max_bytes=10**6).loading() is None
+
+
+def _exit_code_of(child: int, seconds: float = 20) -> int | None:
+    """A forked child's exit code; None (and the child killed) when it did not end within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while (status := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if status[0] == 0:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+        return None
+    return os.waitstatus_to_exitcode(status[1])
 
 
 def _wait_until(condition: Callable[[], bool], *, seconds: float = 10, poll_s: float = 0.05) -> None:
