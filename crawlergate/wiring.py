@@ -321,6 +321,7 @@ class GateRuntime:
             self.scheduler = None
 
     def _close_parts(self) -> None:
+        self.flow.prefetcher.close()
         self.filler.close()
         if self.access_log is not None:
             self.access_log.close()

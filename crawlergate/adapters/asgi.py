@@ -84,6 +84,7 @@ class CrawlerGateMiddleware(GateAdapter):
         """Wait for background work (prefetches) to finish, e.g. before shutdown."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+        await anyio.to_thread.run_sync(self.flow.prefetcher.drain)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -175,7 +176,7 @@ class CrawlerGateMiddleware(GateAdapter):
             await send(message)
 
         try:
-            if passing.wants_form(lambda: _content_type(scope["headers"])):
+            if passing.wants_form(lambda: next((v for k, v in scope["headers"] if k == b"content-type"), b"")):
                 passing.form = bytearray()
                 receive = _teed(receive, passing.form)
             await self.app(scope, receive, send_marked)
@@ -194,10 +195,6 @@ class CrawlerGateMiddleware(GateAdapter):
             return message
 
         return wrapped
-
-
-def _content_type(headers: list[tuple[bytes, bytes]]) -> bytes:
-    return next((value for name, value in headers if name == b"content-type"), b"")
 
 
 def _teed(receive: Receive, copy: bytearray) -> Receive:

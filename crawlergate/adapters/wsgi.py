@@ -39,8 +39,8 @@ from crawlergate.wiring import GateRuntime
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
-# Prefetches are small (a touch, maybe a file read and an add): two threads keep up with a busy site.
-PREFETCH_THREADS = 2
+# Background work is small (a write's marks, an L2 hit's copy into L1): two threads keep up with a busy site.
+BACKGROUND_THREADS = 2
 _PATH_SAFE = "/:@!$&'()*+,;=~"
 T = TypeVar("T")
 
@@ -70,7 +70,7 @@ class CrawlerGateWSGI(GateAdapter):
         super().__init__(GateRuntime(settings, fetch_for_regeneration=fetch, cache=cache, classifier=classifier,
                                      clock=clock, app=app))  # fmt: skip
         self.origin = WsgiOrigin.for_gate(app, settings, self.core.public, self.core.devices)
-        self._prefetcher = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="crawlergate-prefetch")
+        self._pool = ThreadPoolExecutor(max_workers=BACKGROUND_THREADS, thread_name_prefix="crawlergate-background")
         self._pending: set[Future[object]] = set()
         self._scheduling_lock = threading.Lock()
 
@@ -90,9 +90,10 @@ class CrawlerGateWSGI(GateAdapter):
         return self.origin.fetch_guest_from_loop(key.target, arrived_at=self._arrived_at)
 
     def drain(self) -> None:
-        """Wait for the prefetches queued so far."""
+        """Wait for the prefetches and background work queued so far."""
         for future in list(self._pending):
             future.result()
+        self.flow.prefetcher.drain()
 
     def close(self) -> None:
         """Stop the off-peak job (a pass under way ends its fetches first), finish queued prefetches and release
@@ -101,7 +102,7 @@ class CrawlerGateWSGI(GateAdapter):
 
     def _drain_for_close(self) -> None:
         self.origin.close()
-        self._prefetcher.shutdown(wait=True)  # queued prefetches and marks, while the stores are open
+        self._pool.shutdown(wait=True)  # queued marks, while the stores are open
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         if not self._scheduling:
@@ -146,7 +147,7 @@ class CrawlerGateWSGI(GateAdapter):
         return work()
 
     def background(self, work: Callable[[], object]) -> None:
-        future = self._prefetcher.submit(work)
+        future = self._pool.submit(work)
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
 

@@ -45,6 +45,7 @@ from crawlergate.gate.engine import GateCore
 from crawlergate.gate.fill import FillResult
 from crawlergate.gate.invalidate import Invalidation
 from crawlergate.gate.origin import OriginResponse, PageTooLarge
+from crawlergate.gate.prefetcher import Prefetcher
 from crawlergate.gate.request import Decision, Request, RequestHeaders, Route
 from crawlergate.gate.writes import FORM_TYPES, form_fields
 from crawlergate.keys import CacheKey
@@ -209,6 +210,7 @@ class CrawlerFlow:
         self.cache = core.cache
         self.metrics = core.metrics
         self.writes = core.writes
+        self.prefetcher = Prefetcher(core.cache.prefetch)
 
     def prepare(self, request: Request, runner: StepRunner, started: float) -> Prepared:
         """Decide a request and take its flow as far as it goes without waiting (``started``: a perf_counter)."""
@@ -401,13 +403,15 @@ class Passing:
             self._flow.core.valve.left()
 
     def follow_up(self) -> Callable[[], object] | None:
-        """The work to run in the background once the site answered without failing: a human's prefetch of a
-        page L2 holds, or the write rules' marks after a successful unsafe request."""
+        """The work to run in the background once the site answered without failing: the write rules' marks
+        after a successful unsafe request. A human's view of a page is queued for prefetching here."""
         flow, decision, request = self._flow, self.decision, self.request
         key = decision.key
         if key is not None and flow.core.should_prefetch(decision, self.status):
             # Most human views are of pages L1 already holds: with the embedded L1 that is settled here.
-            return None if flow.cache.touch_local_l1(key) else functools.partial(flow.cache.prefetch, key)
+            if not flow.cache.touch_local_l1(key):
+                flow.prefetcher.offer(key)
+            return None
         if request.method in flow.writes.methods and 200 <= self.status < 400:
             fields = form_fields(bytes(self.form)) if self.form is not None else None
             after_write = flow.invalidation.after_write
