@@ -476,6 +476,20 @@ class VerifySettings:
     reverse_dns: bool = False
     # How long a DNS answer is believed.
     dns_cache_seconds: float = 86400.0
+    # Web Bot Auth: requests their agent's operator signed (HTTP Message Signatures, RFC 9421) are verified
+    # against the key directories of the operators in agents_file (empty: rules/agents.toml).
+    signatures: bool = True
+    agents_file: str = ""
+    # How far a signature's created/expires may be off the gate's clock.
+    signature_skew_seconds: float = 60.0
+    # How long a verified (operator, key, client address) is believed without checking the signature's bytes.
+    signature_trust_seconds: float = 30.0
+    # A key directory is kept for its Cache-Control max-age, within these bounds; fetched within the timeout,
+    # at most directory_max_bytes.
+    directory_min_seconds: float = 300.0
+    directory_max_seconds: float = 86400.0
+    directory_timeout_seconds: float = 5.0
+    directory_max_bytes: int = 65536
 
     def __post_init__(self) -> None:
         _require(
@@ -483,6 +497,36 @@ class VerifySettings:
             "verify.dns_cache_seconds",
             self.dns_cache_seconds,
             "Must be more than 0 and at most 2592000 (30 days).",
+        )
+        _require(
+            0 <= self.signature_skew_seconds <= 3600,
+            "verify.signature_skew_seconds",
+            self.signature_skew_seconds,
+            "Must be 0 to 3600.",
+        )
+        _require(
+            0 <= self.signature_trust_seconds <= 3600,
+            "verify.signature_trust_seconds",
+            self.signature_trust_seconds,
+            "Must be 0 (check every signature) to 3600.",
+        )
+        _require(
+            0 < self.directory_min_seconds <= self.directory_max_seconds <= 30 * 86400,
+            "verify.directory_min_seconds",
+            self.directory_min_seconds,
+            "Must be more than 0 and at most verify.directory_max_seconds (at most 2592000).",
+        )
+        _require(
+            0 < self.directory_timeout_seconds <= 60,
+            "verify.directory_timeout_seconds",
+            self.directory_timeout_seconds,
+            "Must be more than 0 and at most 60.",
+        )
+        _require(
+            1024 <= self.directory_max_bytes <= 1 << 20,
+            "verify.directory_max_bytes",
+            self.directory_max_bytes,
+            "Must be 1024 to 1048576.",
         )
 
 

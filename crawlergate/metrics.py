@@ -45,6 +45,8 @@ _BOUNDS_MS = tuple(bound * 1000 for bound in PROMETHEUS_BOUNDS_S)
 CAPACITY = 16384
 # Names past the capacity all count here, so a flood of new names cannot grow memory.
 OVERFLOW = "overflow"
+# The tag of operators' agents whose request signature was verified (crawlergate.suspect.signatures).
+SIGNED_AGENT = "signed-agent"
 # Counters whose name starts so are summed as a maximum, not a total.
 _MAX_PREFIX = "max:"
 _COUNTS_SUFFIX = ".counts"
@@ -364,6 +366,10 @@ def _families(totals: Mapping[str, int]) -> dict[str, dict[str, Any]]:
     return dict(sorted(families.items(), key=lambda item: (-item[1]["requests"], item[0])))
 
 
+def _signed_agents(families: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    return {name: entry["requests"] for name, entry in families.items() if entry["tag"] == SIGNED_AGENT}
+
+
 def _named(totals: Mapping[str, int], prefix: str) -> dict[str, int]:
     return {name[len(prefix) :]: value for name, value in sorted(totals.items()) if name.startswith(prefix) and value}
 
@@ -372,6 +378,7 @@ def stats_from(totals: Mapping[str, int]) -> dict[str, Any]:
     """The stats JSON from (summed) counters."""
     origin = histogram_of(totals, "origin")
     origin_ms = {kind: totals.get(f"origin_us|{kind}", 0) / 1000 for kind in CLASSES}
+    families = _families(totals)
     data: dict[str, Any] = {
         "origin_fetches": origin.count,
         "origin_errors": totals.get("origin_errors", 0),
@@ -386,7 +393,14 @@ def stats_from(totals: Mapping[str, int]) -> dict[str, Any]:
         "not_stored": _named(totals, "not_stored|"),
         "prefetches": {"issued": totals.get("prefetches", 0), "useful": totals.get("prefetch_useful", 0)},
         "evictions": {"l1": totals.get("evictions_l1", 0), "l2": totals.get("evictions_l2", 0)},
-        "families": _families(totals),
+        "families": families,
+        "signed_agents": {
+            "verified": totals.get("signatures|verified", 0),
+            "unverified": totals.get("signatures|invalid", 0),
+            "pending": totals.get("signatures|pending", 0),
+            "reasons": _named(totals, "signature|"),
+            "operators": _signed_agents(families),
+        },
         "evidence": {
             "suspects": totals.get("suspects|evidence", 0),
             "unverified_claimants": totals.get("claimants|unverified", 0),
@@ -494,6 +508,10 @@ def prometheus_text(
          "reason", _named(totals, "evidence|")),
         ("crawlergate_refused_total", "Crawler and suspect misses answered 503 to spare the site, by what refused.",
          "by", {by: totals.get(f"refused|{by}", 0) for by in ("valve", "cache-only", "fill-budget")}),
+        ("crawlergate_signatures_total", "Requests with a Web Bot Auth signature, by what it came to.", "result",
+         {result: totals.get(f"signatures|{result}", 0) for result in ("verified", "invalid", "pending")}),
+        ("crawlergate_signed_agents_total", "Requests of operators' agents whose signature was verified.",
+         "operator", _signed_agents(_families(totals))),
     ]  # fmt: skip
     for metric, text, label, values in labelled:
         lines += [f"# HELP {metric} {text}", f"# TYPE {metric} counter"]

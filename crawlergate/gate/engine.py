@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from crawlergate.cache import CacheHit, TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier
@@ -108,6 +109,8 @@ class GateCore:
         # mounted without public_url, where each fill takes the address its request arrived at.
         public_url = settings.server.public_url or settings.server.origin
         self.public = PublicSite.from_url(public_url) if public_url else None
+        # The Host a signed agent's signature must name (none when the site's public URL is not configured).
+        self._public_host = urlsplit(settings.server.public_url).netloc or None
         self._admin_prefix = settings.admin.prefix
         self._max_target_chars = settings.cache.max_target_chars
         self._started = False
@@ -137,6 +140,7 @@ class GateCore:
     def close(self) -> None:
         for close in self.on_close:
             close()
+        self.judge.close()
         if self.published is not None:
             self.published.close()
         self.cache.close()
@@ -174,7 +178,15 @@ class GateCore:
         verdict = self.classifier.classify(request.user_agent)
         judge = self.judge
         client = None
-        if verdict.is_crawler:
+        signed = None
+        if request.signed:  # a valid signature outweighs the user agent; an invalid one makes a suspect
+            client = self.trusted.client(peer, headers)
+            target = raw_path + b"?" + query if query else raw_path
+            host = request.host.decode("latin-1")
+            signed = judge.signed_agent(method, target, headers, host, incoming.scheme, client, self._public_host)
+        if signed is not None:
+            judgement = signed
+        elif verdict.is_crawler:
             if judge.needs_client(verdict):
                 client = self.trusted.client(peer, headers)
                 judgement = judge.claimant(verdict, client)

@@ -65,6 +65,8 @@ class RequestHeaders:
         "if_modified_since",
         "range",
         "if_range",
+        "host",
+        "signed",
     )
 
     def __init__(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
@@ -76,6 +78,9 @@ class RequestHeaders:
         self.if_modified_since = b""
         self.range = b""
         self.if_range = b""
+        self.host = b""
+        # A Signature-Input header: the request may be a signed agent's (Web Bot Auth).
+        self.signed = False
         for name, value in headers:
             if name == b"user-agent":
                 self.user_agent = value
@@ -93,6 +98,10 @@ class RequestHeaders:
                 self.range = value
             elif name == b"if-range":
                 self.if_range = value
+            elif name == b"host":
+                self.host = value
+            elif name == b"signature-input":
+                self.signed = True
 
 
 @dataclass(frozen=True, slots=True)

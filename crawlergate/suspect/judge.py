@@ -1,13 +1,16 @@
 """One verdict and one action per request: who claims what, what the evidence says, what the policy gives.
 
 The user-agent classifier has spoken first. A session (cookie or credentials) is a person and
-never judged. A crawler whose family publishes its addresses is verified against them; a
-claimant from elsewhere is a suspect ("unverified claimant"). A request the user agent calls
+never judged. A request its agent's operator signed (Web Bot Auth, ``signatures.py``) is that
+operator's verified agent when the signature holds, and an unverified claimant when it does not.
+A crawler whose family publishes its addresses is verified against them; a claimant from
+elsewhere is a suspect ("unverified claimant"). A request the user agent calls
 human, for a page the cache could serve, is weighed: its own headers (``evidence.py``) and its
 address's and network's recent behaviour (``sketch.py``); at the threshold it is a suspect
 (family ``hidden``). The policy table then gives the action.
 
     judge = Judge.from_settings(settings, metrics, families)
+    judgement = judge.signed_agent("GET", b"/t/1", headers, host, "https", client)  # None: no signature to go by
     judgement = judge.claimant(verdict, client)           # a crawler by its user agent
     judgement = judge.visitor(user_agent, headers, client, scheme="https", proxied=False, deep=True)
 """
@@ -22,12 +25,15 @@ from pathlib import Path
 from crawlergate.classify import HUMAN, Verdict
 from crawlergate.config import Settings
 from crawlergate.errors import ConfigError
-from crawlergate.metrics import Metrics
+from crawlergate.metrics import SIGNED_AGENT, Metrics
 from crawlergate.rules import default_rules_dir
+from crawlergate.suspect.agents import load_operators
 from crawlergate.suspect.evidence import EvidenceRules, browser_claim, load_evidence_rules
+from crawlergate.suspect.keydirectory import KeyDirectories
 from crawlergate.suspect.policy import Action, Policy, load_policy
 from crawlergate.suspect.ranges import CrawlerRanges, default_ranges_file, load_ranges
 from crawlergate.suspect.rdns import ReverseDns
+from crawlergate.suspect.signatures import SignedAgents
 from crawlergate.suspect.sketch import BehaviourSketch
 
 SUSPECT_BY_EVIDENCE = Verdict("suspect", "hidden", "evidence")
@@ -62,6 +68,7 @@ class Judge:
         sketch: the behaviour sketch (with ``rules``).
         ranges: the published crawler addresses; None verifies nobody.
         dns: reverse DNS verification, or None.
+        signed: Web Bot Auth verification of signed requests, or None.
         clock: seconds, for the behaviour counts' decay.
     """
 
@@ -74,6 +81,7 @@ class Judge:
         sketch: BehaviourSketch | None = None,
         ranges: CrawlerRanges | None = None,
         dns: ReverseDns | None = None,
+        signed: SignedAgents | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy = policy
@@ -82,6 +90,8 @@ class Judge:
         self.sketch = sketch
         self.ranges = ranges
         self.dns = dns
+        self.signed = signed
+        self._agents: dict[str, Verdict] = {}
         self._clock = clock  # behaviour decays in real time, whatever clock the gate's pages age by
         self._headers = rules.headers if rules is not None else frozenset()
         self._address_rules = tuple(rule for rule in rules.behaviours if rule.scope == "address") if rules else ()
@@ -94,8 +104,21 @@ class Judge:
     def from_settings(cls, settings: Settings, metrics: Metrics, families: Iterable[str] = ()) -> Judge:
         """The judge the settings describe; raises ConfigError for a broken rules, policy or ranges file."""
         rules_dir = Path(settings.classify.rules_dir) if settings.classify.rules_dir else default_rules_dir()
+        verify = settings.verify
+        signed = None
+        if verify.signatures:
+            operators = load_operators(_in_rules(rules_dir, verify.agents_file or "agents.toml"))
+            directories = KeyDirectories(
+                timeout_s=verify.directory_timeout_seconds,
+                max_bytes=verify.directory_max_bytes,
+                min_s=verify.directory_min_seconds,
+                max_s=verify.directory_max_seconds,
+            )
+            trust_s = verify.signature_trust_seconds
+            signed = SignedAgents(operators, directories, skew_s=verify.signature_skew_seconds, trust_s=trust_s)
         families = frozenset(families)
-        policy = load_policy(_in_rules(rules_dir, settings.policy.rules_file), families)
+        named = families | signed.operators.names if signed is not None and families else families
+        policy = load_policy(_in_rules(rules_dir, settings.policy.rules_file), named)
         rules = sketch = None
         if settings.evidence.enabled:
             rules = load_evidence_rules(_in_rules(rules_dir, settings.evidence.rules_file))
@@ -107,7 +130,7 @@ class Judge:
         if unknown:
             raise ConfigError(f"{ranges_path}: {', '.join(unknown)}: no such crawler family in the rules.")
         dns = ReverseDns(cache_s=settings.verify.dns_cache_seconds) if settings.verify.reverse_dns else None
-        return cls(policy, metrics, rules=rules, sketch=sketch, ranges=ranges, dns=dns)
+        return cls(policy, metrics, rules=rules, sketch=sketch, ranges=ranges, dns=dns, signed=signed)
 
     def judged(self, verdict: Verdict, reasons: tuple[str, ...] = ()) -> Judgement:
         if not reasons:
@@ -131,6 +154,37 @@ class Judge:
         """Whether judging a crawler of ``verdict`` needs its address (its family publishes where it comes from)."""
         ranges = self.ranges
         return ranges is not None and ranges.verifiable(verdict.family, by_dns=self.dns is not None)
+
+    def signed_agent(
+        self,
+        method: str,
+        target: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        host: str,
+        scheme: str,
+        client: str | None,
+        public_host: str | None = None,
+    ) -> Judgement | None:
+        """A request with a ``web-bot-auth`` signature: its operator's verified agent, or an unverified claimant
+        when the signature fails; None when there is none, or its operator's keys are not known yet (judged
+        without it meanwhile)."""
+        signed = self.signed
+        if signed is None:
+            return None
+        check = signed.check(method, target, headers, host=host, scheme=scheme, client=client, public_host=public_host)
+        if check is None:
+            return None
+        if check.outcome == "pending":
+            self.metrics.count("signatures|pending")
+            return None
+        if check.outcome == "invalid":
+            self.metrics.count_all(("signatures|invalid", f"signature|{check.reason}", *_UNVERIFIED))
+            return self.judged(UNVERIFIED_CLAIMANT, (f"signature-{check.reason}",))
+        self.metrics.count("signatures|verified")
+        verdict = self._agents.get(check.operator)
+        if verdict is None:
+            verdict = self._agents[check.operator] = Verdict("crawler", check.operator, SIGNED_AGENT)
+        return self.judged(verdict)
 
     def claimant(self, verdict: Verdict, client: str | None) -> Judgement:
         """A crawler by its user agent: believed if its family's addresses (or reverse DNS) say so."""
@@ -242,12 +296,17 @@ class Judge:
             if ranges.verifiable(family, by_dns=by_dns)
         )
 
+    def close(self) -> None:
+        if self.signed is not None:
+            self.signed.directories.close()
+
     def status(self) -> dict[str, object]:
         return {
             "enabled": self.rules is not None,
             "sketch_bytes": self.sketch.nbytes if self.sketch is not None else 0,
             "ranges_snapshot": self.ranges.snapshot if self.ranges is not None else "",
             "reverse_dns": self.dns is not None,
+            "signatures": self.signed.directories.status() if self.signed is not None else None,
         }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlergate.errors import ConfigError
-from crawlergate.metrics import Classified
+from crawlergate.metrics import SIGNED_AGENT, Classified
 from crawlergate.rules import CRAWLER_TAGS, read_toml
 
 CLASSES_WITH_POLICY = ("crawler", "suspect")
@@ -64,7 +64,7 @@ def load_policy(path: Path, known_families: frozenset[str] = frozenset()) -> Pol
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(sorted(unknown))}; known: [class], [tag], [family].")
     classes = _actions(data, "class", path, CLASSES_WITH_POLICY)
-    tags = _actions(data, "tag", path, CRAWLER_TAGS + SUSPECT_TAGS)
+    tags = _actions(data, "tag", path, (*CRAWLER_TAGS, *SUSPECT_TAGS, SIGNED_AGENT))
     families = _actions(data, "family", path, tuple(known_families) if known_families else None)
     return Policy(classes, tags, families)
 

@@ -45,6 +45,8 @@
     // Scrapers behind browser user agents, served from the cache, and the crawler-only overload valve.
     text("suspect-requests", count(data.suspect.requests));
     text("unverified", count(data.evidence.unverified_claimants));
+    // Operators' agents whose Web Bot Auth signature held (each operator is a family in the table below).
+    text("signed", count(data.signed_agents.verified));
     text("valve", (data.valve.shedding ? "shedding" : "open") + ", " + count(data.valve.refused.valve) + " refused");
     text("share-requests", percent(data.crawler_share.requests));
     text("share-origin", percent(data.crawler_share.origin_time));

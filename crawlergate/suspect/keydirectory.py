@@ -1,0 +1,217 @@
+"""Signed agents' public keys: each operator's key directory (a JSON Web Key Set at
+``/.well-known/http-message-signatures-directory``), fetched off the request path and kept as fresh as its
+answer says.
+
+A request never waits for the network: ``keys(origin)`` answers from what was fetched before, and when that is
+nothing yet, or stale, it asks the fetching thread for the directory and answers with what it has (None: not
+known yet). Fetches have a timeout and a size cap, follow no redirect, and keep a directory for its
+``Cache-Control: max-age`` within bounds; a failed fetch keeps the keys it had and is tried again later.
+
+    directories = KeyDirectories(timeout_s=5, max_bytes=65536, min_s=300, max_s=86400)
+    keys = directories.keys("https://chatgpt.com")   # {thumbprint: key}, or None while it is fetched
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from crawlergate.forksafe import after_fork_in_child
+
+logger = logging.getLogger(__name__)
+
+DIRECTORY_PATH = "/.well-known/http-message-signatures-directory"
+# A directory that could not be fetched is asked for again after this long.
+RETRY_AFTER_FAILURE_S = 60.0
+# Keys kept per directory (a directory holds a few: the current one and the next).
+MAX_KEYS = 16
+_MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*\"?(\d+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedKey:
+    """One Ed25519 key of a directory, with the validity its JWK gives (``nbf``/``exp``, seconds; 0: none)."""
+
+    key: Ed25519PublicKey
+    not_before: float = 0.0
+    expires: float = 0.0
+
+    def valid_at(self, now: float) -> bool:
+        return (not self.not_before or now >= self.not_before) and (not self.expires or now < self.expires)
+
+
+@dataclass(slots=True)
+class _Directory:
+    keys: dict[str, PublishedKey] | None  # None: never fetched
+    fresh_until: float
+    asked: bool = False  # a fetch is queued or under way
+
+
+class KeyDirectories:
+    """The key directories of the operators' origins, fetched by one thread per process."""
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float,
+        max_bytes: int,
+        min_s: float,
+        max_s: float,
+        clock: Callable[[], float] = time.time,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+        self.min_s = min_s
+        self.max_s = max_s
+        self._clock = clock
+        self._transport = transport
+        self.fetches = 0
+        self.failures = 0
+        self._forget_parent()
+        after_fork_in_child(self, KeyDirectories._forget_parent)
+
+    def _forget_parent(self) -> None:
+        self._directories: dict[str, _Directory] = {}
+        self._queue: deque[str] = deque()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def keys(self, origin: str) -> dict[str, PublishedKey] | None:
+        """The keys ``origin`` publishes by their JWK thumbprint, as last fetched; None while not known yet. A
+        directory not known or stale is asked for, in the background."""
+        directory = self._directories.get(origin)
+        if directory is None or (directory.fresh_until <= self._clock() and not directory.asked):
+            self._ask(origin)
+            return directory.keys if directory is not None else None
+        return directory.keys
+
+    def status(self) -> dict[str, object]:
+        now = self._clock()
+        return {
+            "fetches": self.fetches,
+            "failures": self.failures,
+            "directories": {
+                origin: {"keys": len(entry.keys or {}), "fresh_s": max(0, round(entry.fresh_until - now))}
+                for origin, entry in sorted(self._directories.items())
+            },
+        }
+
+    def close(self) -> None:
+        thread = self._thread
+        if thread is not None:
+            self._stopping.set()
+            self._wake.set()
+            thread.join(timeout=self.timeout_s + 5)
+            self._thread = None
+
+    def _ask(self, origin: str) -> None:
+        with self._lock:
+            directory = self._directories.setdefault(origin, _Directory(None, 0.0))
+            if directory.asked:
+                return
+            directory.asked = True
+            self._queue.append(origin)
+            if self._thread is None and not self._stopping.is_set():
+                self._thread = threading.Thread(target=self._run, name="crawlergate-key-directories", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=self.timeout_s, follow_redirects=False, transport=self._transport) as client:
+            while not self._stopping.is_set():
+                self._wake.wait()
+                self._wake.clear()
+                while self._queue and not self._stopping.is_set():
+                    origin = self._queue.popleft()
+                    self.fetch(origin, client)
+
+    def fetch(self, origin: str, client: httpx.Client) -> None:
+        """Fetch ``origin``'s directory now (the thread's work; tests call it to wait for it)."""
+        self.fetches += 1
+        keys: dict[str, PublishedKey] | None = None
+        fresh_s = RETRY_AFTER_FAILURE_S
+        try:
+            with client.stream("GET", origin + DIRECTORY_PATH, headers={"accept": "application/json"}) as answer:
+                if answer.status_code != 200:
+                    raise DirectoryError(f"status {answer.status_code}")
+                body = bytearray()
+                for chunk in answer.iter_bytes():
+                    body += chunk
+                    if len(body) > self.max_bytes:
+                        raise DirectoryError(f"larger than {self.max_bytes} bytes")
+                keys = parse_directory(bytes(body))
+                fresh_s = self._freshness(answer.headers.get("cache-control", ""))
+        except (httpx.HTTPError, OSError, DirectoryError) as exc:
+            self.failures += 1
+            logger.warning("key directory of %s: %s (its signed agents are judged without it)", origin, exc)
+        with self._lock:
+            directory = self._directories[origin]
+            if keys is not None:
+                directory.keys = keys
+            directory.fresh_until = self._clock() + fresh_s
+            directory.asked = False
+
+    def _freshness(self, cache_control: str) -> float:
+        found = _MAX_AGE.search(cache_control)
+        max_age = float(found.group(1)) if found else self.min_s
+        return min(max(max_age, self.min_s), self.max_s)
+
+
+class DirectoryError(ValueError):
+    """A key directory that cannot be used, and why."""
+
+
+def parse_directory(body: bytes) -> dict[str, PublishedKey]:
+    """The Ed25519 keys of a JSON Web Key Set by their RFC 7638 thumbprint (keys of other types are skipped)."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DirectoryError(f"not JSON: {exc}") from None
+    entries = data.get("keys") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise DirectoryError('no "keys" array')
+    keys: dict[str, PublishedKey] = {}
+    for entry in entries[: MAX_KEYS * 4]:
+        if not isinstance(entry, dict) or entry.get("kty") != "OKP" or entry.get("crv") != "Ed25519":
+            continue
+        x = entry.get("x")
+        raw = _unbase64url(x) if isinstance(x, str) else None
+        if raw is None or len(raw) != 32:
+            continue
+        not_before, expires = entry.get("nbf", 0), entry.get("exp", 0)
+        if not isinstance(not_before, int | float) or not isinstance(expires, int | float):
+            continue
+        keys[thumbprint(str(x))] = PublishedKey(Ed25519PublicKey.from_public_bytes(raw), not_before, expires)
+        if len(keys) == MAX_KEYS:
+            break
+    if not keys:
+        raise DirectoryError("no Ed25519 key")
+    return keys
+
+
+def thumbprint(x: str) -> str:
+    """The RFC 7638 JWK thumbprint (SHA-256, base64url) of an Ed25519 public key given by its ``x``."""
+    canonical = json.dumps({"crv": "Ed25519", "kty": "OKP", "x": x}, separators=(",", ":"), sort_keys=True)
+    return base64.urlsafe_b64encode(hashlib.sha256(canonical.encode()).digest()).rstrip(b"=").decode()
+
+
+def _unbase64url(text: str) -> bytes | None:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return None

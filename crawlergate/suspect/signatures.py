@@ -1,0 +1,238 @@
+"""Web Bot Auth: a request its agent's operator signed (HTTP Message Signatures, RFC 9421), checked.
+
+The signature tagged ``web-bot-auth`` is the one looked at. ``Signature-Agent`` names the operator's origin;
+only origins of ``rules/agents.toml`` are believed (their key directories are fetched off the request path,
+``keydirectory.py``). A signature is valid when it covers ``@authority`` and ``signature-agent``, its
+``created``/``expires`` hold now (within the clock-skew allowance), its ``keyid`` is the thumbprint of a key
+the directory publishes, its nonce was not seen before within its lifetime, and the Ed25519 signature over
+the RFC 9421 signature base verifies (http-message-signatures builds and checks it).
+
+Outcomes: ``verified`` (the operator's agent), ``pending`` (its keys are not known yet: judged without the
+signature while they are fetched), ``invalid`` with the reason (never more trusted than without a signature).
+An (origin, key, client address) verified recently is trusted for ``trust_s`` without the Ed25519 check, so a
+busy agent is not verified on every request; its time window, coverage and nonce are still checked.
+
+    signed = SignedAgents(operators, directories, skew_s=60, trust_s=30)
+    check = signed.check("GET", b"/t/1", headers, host="forum.example", scheme="https", client="192.0.2.7")
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import http_sf
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from http_message_signatures import HTTPMessageVerifier, HTTPSignatureKeyResolver, algorithms
+from http_message_signatures.exceptions import HTTPMessageSignaturesException
+
+from crawlergate.suspect.agents import Operators, origin_of
+from crawlergate.suspect.keydirectory import KeyDirectories
+
+TAG = "web-bot-auth"
+# A signature valid for longer than this is refused (the drafts ask for minutes).
+MAX_LIFETIME_S = 86400
+# Nonces and trusted (origin, key, client) remembered at most; the oldest are forgotten first.
+REMEMBERED = 65536
+# A header longer than this is not parsed (an attacker's, not an agent's).
+MAX_HEADER_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureCheck:
+    """What a signed request's signature says: ``outcome`` verified, pending or invalid; the operator's name
+    (when its origin is listed) and, for an invalid one, why."""
+
+    outcome: str
+    operator: str = ""
+    reason: str = ""
+
+
+class _Fields:
+    """A request's header lines as http-message-signatures reads them."""
+
+    __slots__ = ("_lines",)
+
+    def __init__(self, headers: Sequence[tuple[bytes, bytes]]) -> None:
+        self._lines = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in headers]
+
+    def items(self) -> list[tuple[str, str]]:
+        return self._lines
+
+    def __iter__(self) -> Any:
+        return iter(dict.fromkeys(name for name, _ in self._lines))
+
+    def __contains__(self, name: object) -> bool:
+        return any(field.lower() == str(name).lower() for field, _ in self._lines)
+
+
+@dataclass(slots=True)
+class _Message:
+    method: str
+    url: str
+    headers: _Fields
+
+
+class _OneKey(HTTPSignatureKeyResolver):
+    def __init__(self, keyid: str, key: Ed25519PublicKey) -> None:
+        self._keyid = keyid
+        self._key = key
+
+    def resolve_public_key(self, key_id: str) -> Ed25519PublicKey | None:
+        return self._key if key_id == self._keyid else None
+
+
+class SignedAgents:
+    """Checks Web Bot Auth signatures against the listed operators' key directories."""
+
+    def __init__(
+        self,
+        operators: Operators,
+        directories: KeyDirectories,
+        *,
+        skew_s: float,
+        trust_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.operators = operators
+        self.directories = directories
+        self.skew_s = skew_s
+        self.trust_s = trust_s
+        self._clock = clock
+        self._nonces: OrderedDict[str, float] = OrderedDict()
+        self._trusted: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+
+    def check(
+        self,
+        method: str,
+        target: bytes,
+        headers: Sequence[tuple[bytes, bytes]],
+        *,
+        host: str,
+        scheme: str,
+        client: str | None,
+        public_host: str | None = None,
+    ) -> SignatureCheck | None:
+        """The signature's verdict; None when the request carries no ``web-bot-auth`` signature. ``target`` is the
+        request's path and query as sent, ``host`` its Host, ``public_host`` the site's own (when configured: a
+        signature for another fails)."""
+        inputs, agent = _fields(headers)
+        if not inputs or len(inputs) > MAX_HEADER_BYTES:
+            return None
+        try:
+            members = http_sf.parse(inputs.encode("latin-1"), tltype="dictionary")
+        except (http_sf.StructuredFieldError, ValueError):
+            return _invalid("malformed")
+        assert isinstance(members, dict)
+        found = next(((label, member) for label, member in members.items() if _params(member).get("tag") == TAG), None)
+        if found is None:
+            return None
+        label, member = found
+        inner: Any = member if isinstance(member, tuple) and isinstance(member[0], list) else ([], {})
+        components: list[Any] = inner[0]
+        params: dict[str, Any] = inner[1]
+        origin = _agent_origin(agent, components)
+        if origin is None:
+            return _invalid("no-agent")
+        operator = self.operators.name_of(origin)
+        if operator is None:
+            return _invalid("unknown-operator")
+        failed = self._check_params(components, params, host, public_host)
+        if failed:
+            return SignatureCheck("invalid", operator, failed)
+        keys = self.directories.keys(origin)
+        if keys is None:
+            return SignatureCheck("pending", operator)
+        keyid: str = params["keyid"]
+        published = keys.get(keyid)
+        now = self._clock()
+        if published is None or not published.valid_at(now):
+            return SignatureCheck("invalid", operator, "unknown-key")
+        nonce = params.get("nonce")
+        if isinstance(nonce, str) and self._nonces.get(nonce, 0.0) > now:
+            return SignatureCheck("invalid", operator, "replayed")
+        trusted = (origin, keyid, client or "")
+        if self._trusted.get(trusted, 0.0) <= time.monotonic():
+            message = _Message(method, f"{scheme}://{host}{target.decode('latin-1')}", _Fields(headers))
+            resolver = _OneKey(keyid, published.key)
+            verifier = HTTPMessageVerifier(signature_algorithm=algorithms.ED25519, key_resolver=resolver)
+            verifier.max_clock_skew = datetime.timedelta(seconds=self.skew_s)
+            try:
+                verifier.verify(message, expect_tag=TAG, expect_label=label, max_age=None)
+            except HTTPMessageSignaturesException:
+                return SignatureCheck("invalid", operator, "bad-signature")
+            if self.trust_s > 0:
+                _remember(self._trusted, trusted, time.monotonic() + self.trust_s)
+        if isinstance(nonce, str):
+            _remember(self._nonces, nonce, float(params["expires"]) + self.skew_s)
+        return SignatureCheck("verified", operator)
+
+    def _check_params(self, components: list[Any], params: dict[str, Any], host: str, public_host: str | None) -> str:
+        """Why the signature's parameters and coverage cannot be valid now; "" when they can."""
+        created, expires, keyid = params.get("created"), params.get("expires"), params.get("keyid")
+        if type(created) is not int or type(expires) is not int or not isinstance(keyid, str):
+            return "malformed"
+        now = self._clock()
+        if created > now + self.skew_s or expires - created > MAX_LIFETIME_S:
+            return "malformed"
+        if expires < now - self.skew_s:
+            return "expired"
+        covered = {name for name, _ in components if isinstance(name, str)}
+        if "@authority" not in covered or "signature-agent" not in covered:
+            return "uncovered"
+        if public_host is not None and host.lower() != public_host.lower():
+            return "authority"
+        return ""
+
+
+def _fields(headers: Sequence[tuple[bytes, bytes]]) -> tuple[str, str]:
+    inputs: list[bytes] = []
+    agents: list[bytes] = []
+    for name, value in headers:
+        if name == b"signature-input":
+            inputs.append(value)
+        elif name == b"signature-agent":
+            agents.append(value)
+    return b", ".join(inputs).decode("latin-1"), b", ".join(agents).decode("latin-1")
+
+
+def _params(member: object) -> dict[str, Any]:
+    return member[1] if isinstance(member, tuple) and len(member) == 2 and isinstance(member[1], dict) else {}
+
+
+def _agent_origin(agent: str, components: list[Any]) -> str | None:
+    """The operator's origin from ``Signature-Agent``: a string (the first drafts) or a dictionary member, the
+    one the signature covers by its ``key`` (the later ones)."""
+    if not agent or len(agent) > MAX_HEADER_BYTES:
+        return None
+    value: object = None
+    try:
+        parsed = http_sf.parse(agent.encode("latin-1"), tltype="item")
+        value = parsed[0] if isinstance(parsed, tuple) else None
+    except (http_sf.StructuredFieldError, ValueError):
+        try:
+            members = http_sf.parse(agent.encode("latin-1"), tltype="dictionary")
+        except (http_sf.StructuredFieldError, ValueError):
+            return None
+        assert isinstance(members, dict)
+        key = next((p.get("key") for name, p in components if name == "signature-agent" and "key" in p), None)
+        chosen = members.get(key) if key is not None else (next(iter(members.values())) if len(members) == 1 else None)
+        value = chosen[0] if isinstance(chosen, tuple) else None
+    if not isinstance(value, str):
+        return None
+    return origin_of(value.strip().removeprefix("<").removesuffix(">"))
+
+
+def _invalid(reason: str) -> SignatureCheck:
+    return SignatureCheck("invalid", "", reason)
+
+
+def _remember(memory: OrderedDict[Any, float], key: Any, until: float) -> None:
+    memory[key] = until
+    memory.move_to_end(key)
+    if len(memory) > REMEMBERED:
+        memory.popitem(last=False)

@@ -1,0 +1,333 @@
+"""Web Bot Auth: requests an agent's operator signed (RFC 9421), verified against the operator's key directory,
+served on a real loopback server; signatures made by http-message-signatures' own signer, not by our code."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from http_message_signatures import HTTPMessageSigner, MappingKeyResolver, algorithms
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from crawlergate.errors import ConfigError
+from crawlergate.suspect.agents import Operators, load_operators
+from crawlergate.suspect.keydirectory import DIRECTORY_PATH, KeyDirectories, thumbprint
+from crawlergate.suspect.signatures import SignatureCheck, SignedAgents
+from tests.conftest import FIREFOX, ServerThread, serve_process
+
+# ChatGPT agent's user agent: a desktop Chrome's.
+CHROME = (
+    "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/138.0.0.0 Safari/537.36"
+)
+COVERED = ("@authority", "@method", "@path", "signature-agent")
+
+
+@dataclass
+class Key:
+    private: Ed25519PrivateKey = field(default_factory=Ed25519PrivateKey.generate)
+
+    @property
+    def x(self) -> str:
+        raw = self.private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    @property
+    def keyid(self) -> str:
+        return thumbprint(self.x)
+
+    @property
+    def jwk(self) -> dict[str, object]:
+        return {"kty": "OKP", "crv": "Ed25519", "x": self.x, "kid": self.keyid, "use": "sig"}
+
+
+@dataclass
+class Directory:
+    """What the operator's directory server answers: its keys, status, Cache-Control, a delay; and how often."""
+
+    keys: list[Key]
+    status: int = 200
+    cache_control: str = "max-age=3600"
+    delay_s: float = 0.0
+    padding: int = 0
+    fetched: int = 0
+
+
+@dataclass
+class _Message:
+    method: str
+    url: str
+    headers: dict[str, str]
+
+
+def sign(
+    key: Key,
+    url: str,
+    agent: str,
+    *,
+    method: str = "GET",
+    covered: tuple[str, ...] = COVERED,
+    created: float | None = None,
+    lifetime_s: float = 60,
+    nonce: str | None = None,
+    keyid: str | None = None,
+    agent_header: str | None = None,
+) -> dict[str, str]:
+    """The headers of a request signed as an agent of ``agent`` (an origin) would sign it."""
+    message = _Message(method, url, {"Signature-Agent": agent_header or f'"{agent}"'})
+    keyid = keyid or key.keyid
+    resolver = MappingKeyResolver(public_keys={}, private_keys={keyid: key.private})
+    signer = HTTPMessageSigner(signature_algorithm=algorithms.ED25519, key_resolver=resolver)
+    start = datetime.datetime.fromtimestamp(created if created is not None else time.time(), datetime.UTC)
+    signer.sign(
+        message,
+        key_id=keyid,
+        created=start,
+        expires=start + datetime.timedelta(seconds=lifetime_s),
+        nonce=nonce if nonce is not None else base64.b64encode(Ed25519PrivateKey.generate().sign(b"n")[:24]).decode(),
+        tag="web-bot-auth",
+        covered_component_ids=covered,
+    )
+    return message.headers
+
+
+def raw(headers: dict[str, str], host: str) -> list[tuple[bytes, bytes]]:
+    return [(b"host", host.encode())] + [(name.lower().encode(), value.encode()) for name, value in headers.items()]
+
+
+@pytest.fixture
+def directory() -> Iterator[tuple[Directory, str]]:
+    served = Directory([Key()])
+
+    async def keys(request: Request) -> Response:
+        served.fetched += 1
+        if served.delay_s:
+            await _sleep(served.delay_s)
+        body = json.dumps({"keys": [key.jwk for key in served.keys], "padding": "x" * served.padding})
+        headers = {"cache-control": served.cache_control}
+        return Response(body, served.status, headers, media_type="application/http-message-signatures-directory+json")
+
+    server = ServerThread(Starlette(routes=[Route(DIRECTORY_PATH, keys)])).start()
+    yield served, server.url
+    server.stop()
+
+
+async def _sleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)
+
+
+def _agents(origin: str, *, trust_s: float = 0.0, timeout_s: float = 2.0) -> SignedAgents:
+    directories = KeyDirectories(timeout_s=timeout_s, max_bytes=4096, min_s=1, max_s=3600)
+    return SignedAgents(Operators({origin: "Test agent"}), directories, skew_s=5, trust_s=trust_s)
+
+
+def _wait_for_keys(agents: SignedAgents, origin: str, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while agents.directories.keys(origin) is None:
+        assert time.monotonic() < deadline, "the key directory was never fetched"
+        time.sleep(0.02)
+
+
+def _check(agents: SignedAgents, headers: dict[str, str], *, path: bytes = b"/t/1", **options: Any) -> SignatureCheck:
+    host = options.pop("host", "forum.example")
+    found = agents.check("GET", path, raw(headers, host), host=host, scheme="https", client="192.0.2.7", **options)
+    assert found is not None
+    return found
+
+
+def test_signed_agent_is_pending_until_its_directory_is_fetched_then_verified(
+    directory: tuple[Directory, str],
+) -> None:
+    served, origin = directory
+    agents = _agents(origin)
+    assert _check(agents, sign(served.keys[0], "https://forum.example/t/1", origin)).outcome == "pending"
+    _wait_for_keys(agents, origin)
+    assert _check(agents, sign(served.keys[0], "https://forum.example/t/1", origin)) == SignatureCheck(
+        "verified", "Test agent"
+    )
+    assert served.fetched == 1  # fresh for its max-age: not fetched again
+    agents.directories.close()
+
+
+def test_signed_agent_failures_are_unverified_claims_each_with_its_reason(directory: tuple[Directory, str]) -> None:
+    served, origin = directory
+    agents = _agents(origin)
+    agents.directories.keys(origin)
+    _wait_for_keys(agents, origin)
+    key, url = served.keys[0], "https://forum.example/t/1"
+    replayed = sign(key, url, origin, nonce="once")
+    assert _check(agents, replayed).outcome == "verified"
+    cases = {
+        "expired": sign(key, url, origin, created=time.time() - 600),
+        "malformed": sign(key, url, origin, created=time.time() + 600),
+        "replayed": replayed,
+        "bad-signature": sign(Key(), url, origin, keyid=key.keyid),  # another key under the published key's id
+        "unknown-key": sign(Key(), url, origin),
+        "uncovered": sign(key, url, origin, covered=("@authority", "@path")),
+        "unknown-operator": sign(key, url, "https://other-agent.example"),
+        "no-agent": {**sign(key, url, origin), "Signature-Agent": "not a string"},
+    }
+    for reason, headers in cases.items():
+        assert _check(agents, headers) == SignatureCheck(
+            "invalid", "" if reason in ("unknown-operator", "no-agent") else "Test agent", reason
+        )
+    # Signed for one page, sent for another; signed for another site than this one's public host.
+    assert _check(agents, sign(key, url, origin), path=b"/t/2").reason == "bad-signature"
+    signed_elsewhere = sign(key, "https://elsewhere.example/t/1", origin)
+    assert _check(agents, signed_elsewhere, host="elsewhere.example", public_host="forum.example").reason == "authority"
+    unsigned = {"Signature-Input": 'sig1=("@authority");created=1;keyid="k";tag="other"', "Signature": "sig1=:AA==:"}
+    assert agents.check("GET", b"/t/1", raw(unsigned, "forum.example"), host="forum.example", scheme="https",
+                        client=None) is None  # fmt: skip
+    agents.directories.close()
+
+
+def test_signed_agent_named_in_a_signature_agent_dictionary(directory: tuple[Directory, str]) -> None:
+    served, origin = directory
+    agents = _agents(origin)
+    agents.directories.keys(origin)
+    _wait_for_keys(agents, origin)
+    covered = ("@authority", '"signature-agent";key="agent2"')
+    headers = sign(
+        served.keys[0], "https://forum.example/t/1", origin, covered=covered,
+        agent_header=f'agent1="https://other.example", agent2="{origin}"',
+    )  # fmt: skip
+    assert _check(agents, headers) == SignatureCheck("verified", "Test agent")
+    agents.directories.close()
+
+
+def test_signed_agent_trusted_for_a_while_by_key_and_address_only(directory: tuple[Directory, str]) -> None:
+    served, origin = directory
+    url = "https://forum.example/t/1"
+    for trust_s, expected in ((0.0, "bad-signature"), (30.0, "")):
+        agents = _agents(origin, trust_s=trust_s)
+        agents.directories.keys(origin)
+        _wait_for_keys(agents, origin)
+        assert _check(agents, sign(served.keys[0], url, origin)).outcome == "verified"
+        assert _check(agents, _forged(served.keys[0], url, origin)).reason == expected
+        forged = _forged(served.keys[0], url, origin)
+        other = agents.check("GET", b"/t/1", raw(forged, "forum.example"), host="forum.example", scheme="https",
+                             client="198.51.100.1")  # fmt: skip
+        assert other is not None and other.reason == "bad-signature"  # another address is checked in full
+        agents.directories.close()
+
+
+def _forged(key: Key, url: str, origin: str) -> dict[str, str]:
+    """A fresh signature's headers with its bytes replaced."""
+    return {**sign(key, url, origin), "Signature": "pyhms=:" + base64.b64encode(b"x" * 64).decode() + ":"}
+
+
+def test_key_directory_fetches_are_bounded_and_a_failure_keeps_the_keys_it_had(
+    directory: tuple[Directory, str],
+) -> None:
+    served, origin = directory
+    directories = KeyDirectories(timeout_s=0.5, max_bytes=4096, min_s=1, max_s=2)
+    client = httpx.Client(timeout=0.5)
+    served.cache_control = "max-age=99999"
+    directories.fetch(origin, client) if directories.keys(origin) is None else None
+    keys = directories.keys(origin)
+    assert keys is not None and list(keys) == [served.keys[0].keyid]
+    assert directories.status()["directories"][origin]["fresh_s"] <= 2  # type: ignore[index]
+    for broken in ({"padding": 10_000}, {"status": 500}, {"delay_s": 2.0}):
+        for name, value in broken.items():
+            setattr(served, name, value)
+        failures = directories.failures
+        started = time.monotonic()
+        directories.fetch(origin, client)
+        assert directories.failures == failures + 1 and time.monotonic() - started < 2
+        assert directories.keys(origin) == keys  # the keys it had, until the directory answers again
+        served.padding, served.status, served.delay_s = 0, 200, 0.0
+    client.close()
+    directories.close()
+
+
+def test_operators_file_refuses_origins_a_client_could_abuse(tmp_path: Path) -> None:
+    path = tmp_path / "agents.toml"
+    for origin in ("http://agent.example", "https://agent.example/keys", "ftp://agent.example", "https://"):
+        path.write_text(f'[[operator]]\nname = "Agent"\norigin = "{origin}"\n')
+        with pytest.raises(ConfigError, match="must be https://host"):
+            load_operators(path)
+    path.write_text('[[operator]]\nname = "Agent"\norigin = "https://Agent.example:8443"\n')
+    assert load_operators(path).by_origin == {"https://agent.example:8443": "Agent"}
+    assert load_operators(Path(__file__).parents[1] / "rules" / "agents.toml").name_of("https://chatgpt.com")
+
+
+@pytest.mark.e2e
+def test_serve_gives_a_verified_agent_its_policy_and_counts_it(
+    directory: tuple[Directory, str], tmp_path: Path
+) -> None:
+    from crawlergate.demo.forum import create_forum
+
+    served, origin = directory
+    forum = ServerThread(create_forum(tmp_path / "forum.sqlite3", threads=8, work_ms=1)).start()
+    agents_file = tmp_path / "agents.toml"
+    agents_file.write_text(f'[[operator]]\nname = "Test agent"\norigin = "{origin}"\n')
+    config = f'[verify]\nagents_file = "{agents_file}"\n[regenerate]\nenabled = false\n'
+    browser = {**FIREFOX, "user-agent": CHROME}
+    try:
+        with serve_process(forum.url, tmp_path / "gate", config) as base:
+            url = f"{base}/showthread.php?t=3"
+            deadline = time.monotonic() + 20
+            while True:  # the first signed requests are judged without the keys while they are fetched
+                answer = httpx.get(url, headers={**browser, **sign(served.keys[0], url, origin)})
+                if answer.headers["x-crawlergate"] != "pass" or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert answer.headers["x-crawlergate"] in ("miss", "l1-hit")  # the policy's default: cached pages
+            again = httpx.get(url, headers={**browser, **sign(served.keys[0], url, origin)})
+            assert again.headers["x-crawlergate"] == "l1-hit"
+            forged = {
+                **sign(served.keys[0], url, origin),
+                "Signature-Input": sign(Key(), url, origin)["Signature-Input"],
+            }
+            suspect = httpx.get(url, headers={**browser, **forged})
+            assert suspect.headers["x-crawlergate"] == "l1-hit"  # an unverified claimant: a suspect, from the cache
+            assert httpx.get(url, headers=browser).headers["x-crawlergate"] == "pass"  # the same browser unsigned
+            stats = httpx.get(f"{base}/_crawlergate/stats").json()
+            assert stats["signed_agents"]["verified"] >= 2 and stats["signed_agents"]["unverified"] == 1
+            assert stats["signed_agents"]["operators"]["Test agent"] >= 2
+            assert stats["families"]["Test agent"]["tag"] == "signed-agent"
+            metrics = httpx.get(f"{base}/_crawlergate/metrics").text
+            assert 'crawlergate_signed_agents_total{operator="Test agent"}' in metrics
+        policy = tmp_path / "policy.toml"
+        policy.write_text('[family]\n"Test agent" = "live"\n')
+        with serve_process(forum.url, tmp_path / "live", config + f'[policy]\nrules_file = "{policy}"\n') as base:
+            url = f"{base}/showthread.php?t=3"
+            deadline = time.monotonic() + 20
+            while True:
+                answer = httpx.get(url, headers={**browser, **sign(served.keys[0], url, origin)})
+                stats = httpx.get(f"{base}/_crawlergate/stats").json()
+                if stats["signed_agents"]["verified"] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert answer.headers["x-crawlergate"] == "pass" and stats["signed_agents"]["verified"] == 1
+    finally:
+        forum.stop()
+
+
+def test_directory_fetch_never_holds_a_request(directory: tuple[Directory, str]) -> None:
+    served, origin = directory
+    served.delay_s = 1.5
+    agents = _agents(origin)
+    started = time.monotonic()
+    results = [_check(agents, sign(served.keys[0], "https://forum.example/t/1", origin)) for _ in range(20)]
+    assert time.monotonic() - started < 1.0 and {result.outcome for result in results} == {"pending"}
+    assert threading.active_count() >= 2
+    _wait_for_keys(agents, origin)
+    assert served.fetched == 1  # one fetch under way at a time, however many requests asked
+    agents.directories.close()
