@@ -183,6 +183,11 @@ class TwoLevelCache:
             self._l2_in_use[key.digest] = page
         return CacheHit(page, "l2")
 
+    def l2_may_hold(self, key: CacheKey) -> bool:
+        """Whether L2 may have the page: False when its file is not on disk (one stat, no read: an adapter on an
+        event loop asks this inline, and hops to a thread only to read a page that is there)."""
+        return key.digest in self._l2_in_use or self.l2.has_file(key.digest)
+
     def stale_copy(self, key: CacheKey) -> Page | None:
         """The L2 copy whatever its age, for serving when the origin fails."""
         held = self._held.get(key.digest)

@@ -47,6 +47,7 @@ class Runner:
 
     def __init__(self, runtime: GateRuntime, site: Site) -> None:
         self.runtime, self.site = runtime, site
+        self.cache = runtime.core.cache
         self.steps: list[str] = []
         self.background_work: list[Callable[[], object]] = []
 
@@ -55,6 +56,7 @@ class Runner:
         return self.runtime.core.cache.lookup_l1(key)
 
     async def lookup_l2(self, key: CacheKey) -> CacheHit | None:
+        self.steps.append("L2")
         return self.runtime.core.cache.lookup_l2(key)
 
     async def fill(self, key: CacheKey, client: str | None, context: Any) -> FillResult:
@@ -121,6 +123,16 @@ def test_flow_crawler_miss_then_hit_and_head(gate: Any) -> None:
     assert head is not None and head.response[2] == b"" and site.fetched == ["/showthread.php?t=1"]
     stats = runtime.figures.stats()
     assert sum(stats[kind]["l1_hits"] for kind in ("crawler", "suspect")) == 2  # counted once sent, as a claimant
+
+
+def test_flow_reads_l2_only_for_a_page_whose_file_is_there(gate: Any) -> None:
+    runtime, site, _ = gate
+    _, steps, _ = ask(runtime, site, "/showthread.php?t=2", GOOGLEBOT)
+    assert steps == ["Lookup", "Fill"]  # no file: the miss never waits for an L2 read (a thread, on an event loop)
+    runtime.filler.writer.flush()
+    runtime.core.cache.l1.delete(runtime.core.keys.key_for(b"/showthread.php", b"t=2").digest)
+    _, steps, hit = ask(runtime, site, "/showthread.php?t=2", GOOGLEBOT)
+    assert steps == ["Lookup", "L2"] and outcome(hit) == "l2-hit"
 
 
 def test_flow_people_sessions_and_too_long_targets(gate: Any) -> None:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from crawlergate.cache import CacheHit
+from crawlergate.cache import CacheHit, TwoLevelCache
 from crawlergate.errors import OriginTimeout
 from crawlergate.gate.accesslog import AccessLog
 from crawlergate.gate.answer import (
@@ -112,6 +112,8 @@ Steps = Generator[Step, Any, Answer | None]
 class StepRunner(Protocol):
     """How an adapter performs the flow's steps (``context`` is its request: a scope, an environ)."""
 
+    cache: TwoLevelCache
+
     def lookup_l1(self, key: CacheKey) -> CacheHit | None: ...
 
     async def lookup_l2(self, key: CacheKey) -> CacheHit | None: ...
@@ -155,9 +157,10 @@ def advance(steps: Steps | None, runner: StepRunner, reply: Any = None) -> Answe
             answer: Answer | None = finished.value
             return answer
         if isinstance(step, Lookup):
-            # L1 answers at once (the embedded store in microseconds, memcached within its timeout).
+            # L1 answers at once (the embedded store in microseconds, memcached within its timeout), and so does
+            # L2 for a page whose file is not there: a miss never waits for a thread.
             reply = runner.lookup_l1(step)
-            if reply is None:
+            if reply is None and runner.cache.l2_may_hold(step):
                 return Waiting(steps, step)
         elif isinstance(step, Background):
             runner.background(step.work)
