@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from crawlergate.adapters.httpserver import HeadLimits, LimitedHttpToolsProtocol
 from crawlergate.adapters.proxy import create_app
-from crawlergate.config import L2Settings, ServerSettings, Settings
+from crawlergate.config import L2Settings, PolicySettings, ServerSettings, Settings
 from tests.conftest import ServerThread
 
 pytestmark = pytest.mark.e2e
@@ -244,6 +244,37 @@ def test_httpserver_answers_a_crawler_hit_in_the_protocol_as_the_asgi_way_would(
     assert b"connection: close" in answer and answer.endswith(b"</html>")
     stats = httpx.get(front.url + "/_crawlergate/stats").json()["crawler"]
     assert (stats["requests"], stats["misses"], stats["l1_hits"]) == (4, 1, 3)
+
+
+def test_httpserver_a_refusal_to_head_sends_no_body_to_spill_into_the_next_answer(
+    gate: tuple[ServerThread, ServerThread], tmp_path: Path
+) -> None:
+    """The gate's own short answers (a cache-only 503, a 403) to HEAD end at their head on a kept-alive
+    connection: a body after it would be read as the start of the next answer."""
+    _, site = gate
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[tag]\nsearch-engine = "cache-only"\n')
+    settings = Settings(
+        server=ServerSettings(origin=site.url),
+        l2=L2Settings(cache_dir=str(tmp_path / "l2-cache-only")),
+        policy=PolicySettings(rules_file=str(policy)),
+    )
+    front = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol).start()
+    try:
+        head = b"HEAD /t/9 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_HEAD + b"\r\n"
+        with socket.create_connection(("127.0.0.1", front.port), timeout=5) as raw:
+            raw.sendall(head + head.replace(b"HEAD", b"GET"))
+            received = b""
+            while received.count(b"HTTP/1.1 ") < 2 or not received.endswith(b"later.\n"):
+                chunk = raw.recv(65536)
+                if not chunk:
+                    break
+                received += chunk
+    finally:
+        front.stop()
+    first, _, second = received.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 503") and b"content-length: 40" in first
+    assert second.startswith(b"HTTP/1.1 503") and second.endswith(b"Not stored yet; please come back later.\n")
 
 
 def test_httpserver_keeps_pipelined_answers_in_order(gate: tuple[ServerThread, ServerThread]) -> None:

@@ -230,7 +230,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if not keep_alive:
             head.append(b"connection: close\r\n")
         head.append(b"\r\n")
-        head.append(body)
+        if method != b"HEAD":  # a HEAD answer's Content-Length is the GET's, and nothing follows its head
+            head.append(body)
         self.cycle = _ANSWERED  # type: ignore[assignment]
         self.transport.write(b"".join(head))
         if not keep_alive:
