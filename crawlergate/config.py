@@ -482,8 +482,9 @@ class VerifySettings:
     agents_file: str = ""
     # How far a signature's created/expires may be off the gate's clock.
     signature_skew_seconds: float = 60.0
-    # How long a verified (operator, key, client address) is believed without checking the signature's bytes.
-    signature_trust_seconds: float = 30.0
+    # How long a verified (operator, key, client address) is believed without checking the signature's bytes:
+    # whoever shares that address then counts as the agent. 0: every signature is checked.
+    signature_trust_seconds: float = 0.0
     # A key directory is kept for its Cache-Control max-age, within these bounds; fetched within the timeout,
     # at most directory_max_bytes.
     directory_min_seconds: float = 300.0

@@ -5,7 +5,7 @@ before the cache is asked) is timed for the requests the gate sees, with the shi
 and with no evidence, no search-engine ranges and no signature checks (idle: the decision as it was
 before issue 16). The signed agent's requests carry a Web Bot Auth signature (signed by
 http-message-signatures, its key directory served on a loopback port): checked in full on every
-request (verify.signature_trust_seconds = 0), and from an address trusted for 30 s (the default).
+request (verify.signature_trust_seconds = 0, the default), and from an address trusted for 30 s.
 Rounds alternate the two gates; medians of the rounds are reported, in µs a decision. Then the
 behaviour sketch: its bytes, fixed at start, before and after a million distinct addresses, and the
 time of one page observed.
@@ -125,6 +125,7 @@ def gate(cache_dir: Path, judged: bool, agent: SigningAgent, trust_s: float = 30
         "l2.cache_dir": str(cache_dir),
         "verify.agents_file": str(agents),
         "verify.signature_trust_seconds": trust_s,
+        "server.public_url": "https://forum.example",
         "server.trusted_proxies": ["127.0.0.1"],
     }
     if not judged:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import gzip
 import json
 import threading
 import time
@@ -20,13 +21,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from http_message_signatures import HTTPMessageSigner, MappingKeyResolver, algorithms
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from crawlergate.config import load_settings
 from crawlergate.errors import ConfigError
+from crawlergate.gate.request import Request as GateRequest
 from crawlergate.suspect.agents import Operators, load_operators
 from crawlergate.suspect.keydirectory import DIRECTORY_PATH, KeyDirectories, thumbprint
 from crawlergate.suspect.signatures import SignatureCheck, SignedAgents
+from crawlergate.wiring import build_core
 from tests.conftest import FIREFOX, ServerThread, serve_process
 
 # ChatGPT agent's user agent: a desktop Chrome's.
@@ -64,6 +68,9 @@ class Directory:
     cache_control: str = "max-age=3600"
     delay_s: float = 0.0
     padding: int = 0
+    # What a broken or hostile directory sends instead: "deep" (JSON nested past Python's recursion limit),
+    # "trickle" (a byte every 0.2 s), "gzip" (a small gzip of 8 MB).
+    broken: str = ""
     fetched: int = 0
 
 
@@ -117,6 +124,19 @@ def directory() -> Iterator[tuple[Directory, str]]:
         served.fetched += 1
         if served.delay_s:
             await _sleep(served.delay_s)
+        if served.broken == "deep":
+            return Response("[" * 60_000, media_type="application/json")
+        if served.broken == "gzip":
+            bomb = gzip.compress(b" " * (8 << 20))
+            return Response(bomb, headers={"content-encoding": "gzip"}, media_type="application/json")
+        if served.broken == "trickle":
+
+            async def trickle() -> Any:
+                for _ in range(100):
+                    await _sleep(0.2)
+                    yield b" "
+
+            return StreamingResponse(trickle(), media_type="application/json")
         body = json.dumps({"keys": [key.jwk for key in served.keys], "padding": "x" * served.padding})
         headers = {"cache-control": served.cache_control}
         return Response(body, served.status, headers, media_type="application/http-message-signatures-directory+json")
@@ -146,7 +166,10 @@ def _wait_for_keys(agents: SignedAgents, origin: str, seconds: float = 10) -> No
 
 def _check(agents: SignedAgents, headers: dict[str, str], *, path: bytes = b"/t/1", **options: Any) -> SignatureCheck:
     host = options.pop("host", "forum.example")
-    found = agents.check("GET", path, raw(headers, host), host=host, scheme="https", client="192.0.2.7", **options)
+    client = options.pop("client", "192.0.2.7")
+    found = agents.check(
+        "GET", path, raw(headers, host), host=host, scheme="https", client=client, public_host="forum.example"
+    )
     assert found is not None
     return found
 
@@ -190,10 +213,17 @@ def test_signed_agent_failures_are_unverified_claims_each_with_its_reason(direct
     # Signed for one page, sent for another; signed for another site than this one's public host.
     assert _check(agents, sign(key, url, origin), path=b"/t/2").reason == "bad-signature"
     signed_elsewhere = sign(key, "https://elsewhere.example/t/1", origin)
-    assert _check(agents, signed_elsewhere, host="elsewhere.example", public_host="forum.example").reason == "authority"
+    assert _check(agents, signed_elsewhere, host="elsewhere.example").reason == "authority"
+    # The default port of the public scheme is no other authority (RFC 9421 drops it too).
+    assert _check(agents, sign(key, url, origin), host="forum.example:443").outcome == "verified"
+    long_nonce = sign(key, url, origin, nonce="n" * 300)
+    assert _check(agents, long_nonce).reason == "malformed"
+    many = sign(key, url, origin)
+    many["Signature-Input"] += "".join(f', s{n}=("@authority");created=1;keyid="k"' for n in range(5))
+    assert _check(agents, many).reason == "malformed"  # more signatures than an agent sends: not parsed further
     unsigned = {"Signature-Input": 'sig1=("@authority");created=1;keyid="k";tag="other"', "Signature": "sig1=:AA==:"}
     assert agents.check("GET", b"/t/1", raw(unsigned, "forum.example"), host="forum.example", scheme="https",
-                        client=None) is None  # fmt: skip
+                        client=None, public_host="forum.example") is None  # fmt: skip
     agents.directories.close()
 
 
@@ -220,10 +250,8 @@ def test_signed_agent_trusted_for_a_while_by_key_and_address_only(directory: tup
         _wait_for_keys(agents, origin)
         assert _check(agents, sign(served.keys[0], url, origin)).outcome == "verified"
         assert _check(agents, _forged(served.keys[0], url, origin)).reason == expected
-        forged = _forged(served.keys[0], url, origin)
-        other = agents.check("GET", b"/t/1", raw(forged, "forum.example"), host="forum.example", scheme="https",
-                             client="198.51.100.1")  # fmt: skip
-        assert other is not None and other.reason == "bad-signature"  # another address is checked in full
+        other = _check(agents, _forged(served.keys[0], url, origin), client="198.51.100.1")
+        assert other.reason == "bad-signature"  # another address is checked in full
         agents.directories.close()
 
 
@@ -236,22 +264,29 @@ def test_key_directory_fetches_are_bounded_and_a_failure_keeps_the_keys_it_had(
     directory: tuple[Directory, str],
 ) -> None:
     served, origin = directory
-    directories = KeyDirectories(timeout_s=0.5, max_bytes=4096, min_s=1, max_s=2)
+    directories = KeyDirectories(timeout_s=0.5, max_bytes=65536, min_s=1, max_s=2)
     client = httpx.Client(timeout=0.5)
     served.cache_control = "max-age=99999"
-    directories.fetch(origin, client) if directories.keys(origin) is None else None
+    directories.fetch(origin, client)  # what the thread does, here in the test's own
     keys = directories.keys(origin)
     assert keys is not None and list(keys) == [served.keys[0].keyid]
     assert directories.status()["directories"][origin]["fresh_s"] <= 2  # type: ignore[index]
-    for broken in ({"padding": 10_000}, {"status": 500}, {"delay_s": 2.0}):
+    for broken in (
+        {"padding": 100_000},
+        {"status": 500},
+        {"delay_s": 2.0},
+        {"broken": "deep"},
+        {"broken": "gzip"},
+        {"broken": "trickle"},
+    ):
         for name, value in broken.items():
             setattr(served, name, value)
         failures = directories.failures
         started = time.monotonic()
         directories.fetch(origin, client)
-        assert directories.failures == failures + 1 and time.monotonic() - started < 2
-        assert directories.keys(origin) == keys  # the keys it had, until the directory answers again
-        served.padding, served.status, served.delay_s = 0, 200, 0.0
+        assert directories.failures == failures + 1 and time.monotonic() - started < 2, broken
+        assert directories._directories[origin].keys == keys  # the keys it had, until the directory answers again
+        served.padding, served.status, served.delay_s, served.broken = 0, 200, 0.0, ""
     client.close()
     directories.close()
 
@@ -277,23 +312,26 @@ def test_serve_gives_a_verified_agent_its_policy_and_counts_it(
     forum = ServerThread(create_forum(tmp_path / "forum.sqlite3", threads=8, work_ms=1)).start()
     agents_file = tmp_path / "agents.toml"
     agents_file.write_text(f'[[operator]]\nname = "Test agent"\norigin = "{origin}"\n')
-    config = f'[verify]\nagents_file = "{agents_file}"\n[regenerate]\nenabled = false\n'
-    browser = {**FIREFOX, "user-agent": CHROME}
+    config = f'[server]\npublic_url = "https://forum.example"\n[verify]\nagents_file = "{agents_file}"\n'
+    config += "[regenerate]\nenabled = false\n"
+    # The site's public name, as a TLS proxy in front would pass it on; the agent signs for it.
+    browser = {**FIREFOX, "user-agent": CHROME, "host": "forum.example"}
+    signed_for = "https://forum.example/showthread.php?t=3"
     try:
         with serve_process(forum.url, tmp_path / "gate", config) as base:
             url = f"{base}/showthread.php?t=3"
             deadline = time.monotonic() + 20
             while True:  # the first signed requests are judged without the keys while they are fetched
-                answer = httpx.get(url, headers={**browser, **sign(served.keys[0], url, origin)})
+                answer = httpx.get(url, headers={**browser, **sign(served.keys[0], signed_for, origin)})
                 if answer.headers["x-crawlergate"] != "pass" or time.monotonic() > deadline:
                     break
                 time.sleep(0.1)
             assert answer.headers["x-crawlergate"] in ("miss", "l1-hit")  # the policy's default: cached pages
-            again = httpx.get(url, headers={**browser, **sign(served.keys[0], url, origin)})
+            again = httpx.get(url, headers={**browser, **sign(served.keys[0], signed_for, origin)})
             assert again.headers["x-crawlergate"] == "l1-hit"
             forged = {
-                **sign(served.keys[0], url, origin),
-                "Signature-Input": sign(Key(), url, origin)["Signature-Input"],
+                **sign(served.keys[0], signed_for, origin),
+                "Signature-Input": sign(Key(), signed_for, origin)["Signature-Input"],
             }
             suspect = httpx.get(url, headers={**browser, **forged})
             assert suspect.headers["x-crawlergate"] == "l1-hit"  # an unverified claimant: a suspect, from the cache
@@ -310,7 +348,7 @@ def test_serve_gives_a_verified_agent_its_policy_and_counts_it(
             url = f"{base}/showthread.php?t=3"
             deadline = time.monotonic() + 20
             while True:
-                answer = httpx.get(url, headers={**browser, **sign(served.keys[0], url, origin)})
+                answer = httpx.get(url, headers={**browser, **sign(served.keys[0], signed_for, origin)})
                 stats = httpx.get(f"{base}/_crawlergate/stats").json()
                 if stats["signed_agents"]["verified"] or time.monotonic() > deadline:
                     break
@@ -331,3 +369,34 @@ def test_directory_fetch_never_holds_a_request(directory: tuple[Directory, str])
     _wait_for_keys(agents, origin)
     assert served.fetched == 1  # one fetch under way at a time, however many requests asked
     agents.directories.close()
+
+
+def test_signatures_are_not_believed_without_the_sites_public_url(
+    directory: tuple[Directory, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without server.public_url nothing says which authority a signature must name: one an agent made for
+    another site would verify here. The request is judged as if unsigned, and the operator is told once."""
+    served, origin = directory
+    agents_file = tmp_path / "agents.toml"
+    agents_file.write_text(f'[[operator]]\nname = "Test agent"\norigin = "{origin}"\n')
+    browser = [(name.encode(), value.encode()) for name, value in {**FIREFOX, "user-agent": CHROME}.items()]
+    for public_url, expected in (("", "human"), ("https://forum.example", "suspect")):
+        overrides = {"l2.cache_dir": str(tmp_path / "l2"), "verify.agents_file": str(agents_file)}
+        core = build_core(load_settings(environ={}, overrides={**overrides, "server.public_url": public_url}))
+        signed = raw(sign(served.keys[0], "https://elsewhere.example/t/1", origin), "elsewhere.example")
+        request = GateRequest("GET", "/t/1", b"/t/1", b"", [*browser, *signed], "192.0.2.7", "https")
+        assert core.judge.signed is not None
+        core.judge.signed.directories.keys(origin)
+        _wait_for_keys(core.judge.signed, origin)
+        for _ in range(2):
+            assert core.decide(request).verdict.kind == expected  # a person; a suspect for another authority
+        core.close()
+    assert caplog.text.count("server.public_url is not set") == 1
+
+
+def test_operator_named_like_a_crawler_family_is_refused(tmp_path: Path) -> None:
+    agents_file = tmp_path / "agents.toml"
+    agents_file.write_text('[[operator]]\nname = "Googlebot"\norigin = "https://agent.example"\n')
+    overrides = {"l2.cache_dir": str(tmp_path), "verify.agents_file": str(agents_file)}
+    with pytest.raises(ConfigError, match="Googlebot: already a crawler family"):
+        build_core(load_settings(environ={}, overrides=overrides))

@@ -10,7 +10,7 @@ address's and network's recent behaviour (``sketch.py``); at the threshold it is
 (family ``hidden``). The policy table then gives the action.
 
     judge = Judge.from_settings(settings, metrics, families)
-    judgement = judge.signed_agent("GET", b"/t/1", headers, host, "https", client)  # None: no signature to go by
+    judgement = judge.signed_agent("GET", b"/t/1", headers, host, "https", client, "forum.example")  # None: unsigned
     judgement = judge.claimant(verdict, client)           # a crawler by its user agent
     judgement = judge.visitor(user_agent, headers, client, scheme="https", proxied=False, deep=True)
 """
@@ -117,6 +117,9 @@ class Judge:
             trust_s = verify.signature_trust_seconds
             signed = SignedAgents(operators, directories, skew_s=verify.signature_skew_seconds, trust_s=trust_s)
         families = frozenset(families)
+        if signed is not None and families & signed.operators.names:
+            clash = ", ".join(sorted(families & signed.operators.names))
+            raise ConfigError(f"{verify.agents_file or 'agents.toml'}: {clash}: already a crawler family's name.")
         named = families | signed.operators.names if signed is not None and families else families
         policy = load_policy(_in_rules(rules_dir, settings.policy.rules_file), named)
         rules = sketch = None
@@ -163,7 +166,7 @@ class Judge:
         host: str,
         scheme: str,
         client: str | None,
-        public_host: str | None = None,
+        public_host: str,
     ) -> Judgement | None:
         """A request with a ``web-bot-auth`` signature: its operator's verified agent, or an unverified claimant
         when the signature fails; None when there is none, or its operator's keys are not known yet (judged

@@ -145,26 +145,35 @@ class KeyDirectories:
         self.fetches += 1
         keys: dict[str, PublishedKey] | None = None
         fresh_s = RETRY_AFTER_FAILURE_S
+        # The whole fetch within twice the timeout: a directory that trickles a byte a second would hold the thread.
+        deadline = time.monotonic() + self.timeout_s
+        # Identity only, the bytes counted as they come: a small gzip could decode to a huge body.
+        headers = {"accept": "application/json", "accept-encoding": "identity"}
         try:
-            with client.stream("GET", origin + DIRECTORY_PATH, headers={"accept": "application/json"}) as answer:
+            with client.stream("GET", origin + DIRECTORY_PATH, headers=headers) as answer:
                 if answer.status_code != 200:
                     raise DirectoryError(f"status {answer.status_code}")
+                if answer.headers.get("content-encoding", "identity").lower() != "identity":
+                    raise DirectoryError("answered compressed though asked for identity")
                 body = bytearray()
-                for chunk in answer.iter_bytes():
+                for chunk in answer.iter_raw():
                     body += chunk
                     if len(body) > self.max_bytes:
                         raise DirectoryError(f"larger than {self.max_bytes} bytes")
+                    if time.monotonic() > deadline:
+                        raise DirectoryError(f"not whole within {self.timeout_s:g} s")
                 keys = parse_directory(bytes(body))
                 fresh_s = self._freshness(answer.headers.get("cache-control", ""))
-        except (httpx.HTTPError, OSError, DirectoryError) as exc:
+        except Exception as exc:  # whatever a directory sends, the thread goes on with the others
             self.failures += 1
             logger.warning("key directory of %s: %s (its signed agents are judged without it)", origin, exc)
-        with self._lock:
-            directory = self._directories[origin]
-            if keys is not None:
-                directory.keys = keys
-            directory.fresh_until = self._clock() + fresh_s
-            directory.asked = False
+        finally:
+            with self._lock:
+                directory = self._directories.setdefault(origin, _Directory(None, 0.0))
+                if keys is not None:
+                    directory.keys = keys
+                directory.fresh_until = self._clock() + fresh_s
+                directory.asked = False
 
     def _freshness(self, cache_control: str) -> float:
         found = _MAX_AGE.search(cache_control)
@@ -180,8 +189,8 @@ def parse_directory(body: bytes) -> dict[str, PublishedKey]:
     """The Ed25519 keys of a JSON Web Key Set by their RFC 7638 thumbprint (keys of other types are skipped)."""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DirectoryError(f"not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise DirectoryError(f"not JSON: {type(exc).__name__}") from None
     entries = data.get("keys") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise DirectoryError('no "keys" array')

@@ -77,7 +77,11 @@ def _actions(data: dict[str, Any], table: str, path: Path, names: tuple[str, ...
     choices = ", ".join(action.value for action in Action)
     for name, value in entries.items():
         if names is not None and name not in names:
-            known = ", ".join(sorted(names)) if len(names) < 12 else "the family names of rules/crawlers.toml"
+            known = (
+                ", ".join(sorted(names))
+                if len(names) < 12
+                else "the family names of rules/crawlers.toml and the operators of rules/agents.toml"
+            )
             raise ConfigError(f"{path}: [{table}] '{name}' is not known; known: {known}.")
         try:
             actions[name] = Action(value)

@@ -9,11 +9,13 @@ the RFC 9421 signature base verifies (http-message-signatures builds and checks 
 
 Outcomes: ``verified`` (the operator's agent), ``pending`` (its keys are not known yet: judged without the
 signature while they are fetched), ``invalid`` with the reason (never more trusted than without a signature).
-An (origin, key, client address) verified recently is trusted for ``trust_s`` without the Ed25519 check, so a
-busy agent is not verified on every request; its time window, coverage and nonce are still checked.
+With ``trust_s`` (0 by default), an (origin, key, client address) verified recently is believed for that long
+without checking the signature's bytes: whoever shares the address then counts as the agent, with any
+signature naming its key. Nonces are remembered per process.
 
     signed = SignedAgents(operators, directories, skew_s=60, trust_s=30)
-    check = signed.check("GET", b"/t/1", headers, host="forum.example", scheme="https", client="192.0.2.7")
+    check = signed.check("GET", b"/t/1", headers, host="forum.example", scheme="https", client="192.0.2.7",
+                         public_host="forum.example")
 """
 
 from __future__ import annotations
@@ -34,12 +36,15 @@ from crawlergate.suspect.agents import Operators, origin_of
 from crawlergate.suspect.keydirectory import KeyDirectories
 
 TAG = "web-bot-auth"
-# A signature valid for longer than this is refused (the drafts ask for minutes).
-MAX_LIFETIME_S = 86400
+# A signature valid for longer than this is refused (the drafts ask for minutes; ChatGPT agent signs for an hour).
+MAX_LIFETIME_S = 3600
 # Nonces and trusted (origin, key, client) remembered at most; the oldest are forgotten first.
 REMEMBERED = 65536
-# A header longer than this is not parsed (an attacker's, not an agent's).
+# Headers longer than this, more signatures than this, or a longer nonce are an attacker's, not an agent's:
+# not parsed further (the library parses every signature of a request).
 MAX_HEADER_BYTES = 4096
+MAX_SIGNATURES = 4
+MAX_NONCE_CHARS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +108,7 @@ class SignedAgents:
         self.skew_s = skew_s
         self.trust_s = trust_s
         self._clock = clock
-        self._nonces: OrderedDict[str, float] = OrderedDict()
+        self._nonces: OrderedDict[int, float] = OrderedDict()
         self._trusted: OrderedDict[tuple[str, str, str], float] = OrderedDict()
 
     def check(
@@ -115,19 +120,23 @@ class SignedAgents:
         host: str,
         scheme: str,
         client: str | None,
-        public_host: str | None = None,
+        public_host: str,
     ) -> SignatureCheck | None:
         """The signature's verdict; None when the request carries no ``web-bot-auth`` signature. ``target`` is the
-        request's path and query as sent, ``host`` its Host, ``public_host`` the site's own (when configured: a
-        signature for another fails)."""
-        inputs, agent = _fields(headers)
-        if not inputs or len(inputs) > MAX_HEADER_BYTES:
+        request's path and query as sent, ``host`` its Host, ``scheme`` and ``public_host`` the site's public ones
+        (``authority``): a signature made for another site fails, rather than verifying here."""
+        inputs, signatures, agent = _fields(headers)
+        if not inputs:
             return None
+        if len(inputs) > MAX_HEADER_BYTES or len(signatures) > MAX_HEADER_BYTES:
+            return _invalid("malformed")
         try:
             members = http_sf.parse(inputs.encode("latin-1"), tltype="dictionary")
         except (http_sf.StructuredFieldError, ValueError):
             return _invalid("malformed")
         assert isinstance(members, dict)
+        if len(members) > MAX_SIGNATURES:
+            return _invalid("malformed")
         found = next(((label, member) for label, member in members.items() if _params(member).get("tag") == TAG), None)
         if found is None:
             return None
@@ -141,7 +150,7 @@ class SignedAgents:
         operator = self.operators.name_of(origin)
         if operator is None:
             return _invalid("unknown-operator")
-        failed = self._check_params(components, params, host, public_host)
+        failed = self._check_params(components, params, host, scheme, public_host)
         if failed:
             return SignatureCheck("invalid", operator, failed)
         keys = self.directories.keys(origin)
@@ -153,7 +162,9 @@ class SignedAgents:
         if published is None or not published.valid_at(now):
             return SignatureCheck("invalid", operator, "unknown-key")
         nonce = params.get("nonce")
-        if isinstance(nonce, str) and self._nonces.get(nonce, 0.0) > now:
+        # A nonce is remembered by its hash: a table of long nonces would hold their bytes.
+        seen = hash(nonce) if isinstance(nonce, str) else None
+        if seen is not None and self._nonces.get(seen, 0.0) > now:
             return SignatureCheck("invalid", operator, "replayed")
         trusted = (origin, keyid, client or "")
         if self._trusted.get(trusted, 0.0) <= time.monotonic():
@@ -167,14 +178,19 @@ class SignedAgents:
                 return SignatureCheck("invalid", operator, "bad-signature")
             if self.trust_s > 0:
                 _remember(self._trusted, trusted, time.monotonic() + self.trust_s)
-        if isinstance(nonce, str):
-            _remember(self._nonces, nonce, float(params["expires"]) + self.skew_s)
+        if seen is not None:
+            _remember(self._nonces, seen, float(params["expires"]) + self.skew_s)
         return SignatureCheck("verified", operator)
 
-    def _check_params(self, components: list[Any], params: dict[str, Any], host: str, public_host: str | None) -> str:
+    def _check_params(
+        self, components: list[Any], params: dict[str, Any], host: str, scheme: str, public_host: str
+    ) -> str:
         """Why the signature's parameters and coverage cannot be valid now; "" when they can."""
         created, expires, keyid = params.get("created"), params.get("expires"), params.get("keyid")
         if type(created) is not int or type(expires) is not int or not isinstance(keyid, str):
+            return "malformed"
+        nonce = params.get("nonce")
+        if nonce is not None and (not isinstance(nonce, str) or len(nonce) > MAX_NONCE_CHARS):
             return "malformed"
         now = self._clock()
         if created > now + self.skew_s or expires - created > MAX_LIFETIME_S:
@@ -184,20 +200,34 @@ class SignedAgents:
         covered = {name for name, _ in components if isinstance(name, str)}
         if "@authority" not in covered or "signature-agent" not in covered:
             return "uncovered"
-        if public_host is not None and host.lower() != public_host.lower():
+        if authority(host, scheme) != public_host:
             return "authority"
         return ""
 
 
-def _fields(headers: Sequence[tuple[bytes, bytes]]) -> tuple[str, str]:
+def authority(host: str, scheme: str) -> str:
+    """A Host as RFC 9421's ``@authority``: lower-case, without the scheme's default port or a trailing dot."""
+    name, colon, port = host.strip().lower().rpartition(":")
+    if not colon or "]" in port:
+        name, port = host.strip().lower(), ""
+    if port == {"https": "443", "http": "80"}.get(scheme):
+        port = ""
+    name = name.rstrip(".")
+    return f"{name}:{port}" if port else name
+
+
+def _fields(headers: Sequence[tuple[bytes, bytes]]) -> tuple[str, str, str]:
     inputs: list[bytes] = []
+    signatures: list[bytes] = []
     agents: list[bytes] = []
     for name, value in headers:
         if name == b"signature-input":
             inputs.append(value)
+        elif name == b"signature":
+            signatures.append(value)
         elif name == b"signature-agent":
             agents.append(value)
-    return b", ".join(inputs).decode("latin-1"), b", ".join(agents).decode("latin-1")
+    return tuple(b", ".join(values).decode("latin-1") for values in (inputs, signatures, agents))  # type: ignore[return-value]
 
 
 def _params(member: object) -> dict[str, Any]:
