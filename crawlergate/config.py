@@ -491,6 +491,9 @@ class VerifySettings:
     directory_max_seconds: float = 86400.0
     directory_timeout_seconds: float = 5.0
     directory_max_bytes: int = 65536
+    # A PEM file of certificate authorities trusted for key directories besides the usual ones (a private or a
+    # test CA); empty: the usual ones (certifi's bundle, as httpx).
+    directory_ca_file: str = ""
 
     def __post_init__(self) -> None:
         _require(

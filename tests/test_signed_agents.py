@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import datetime
 import gzip
+import ipaddress
 import json
 import threading
 import time
@@ -16,8 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
-from cryptography.hazmat.primitives import serialization
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.x509.oid import NameOID
 from http_message_signatures import HTTPMessageSigner, MappingKeyResolver, algorithms
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -68,6 +72,8 @@ class Directory:
     cache_control: str = "max-age=3600"
     delay_s: float = 0.0
     padding: int = 0
+    # The test CA the directory's certificate is signed by (what verify.directory_ca_file names).
+    ca_file: str = ""
     # What a broken or hostile directory sends instead: "deep" (JSON nested past Python's recursion limit),
     # "trickle" (a byte every 0.2 s), "gzip" (a small gzip of 8 MB).
     broken: str = ""
@@ -93,9 +99,11 @@ def sign(
     nonce: str | None = None,
     keyid: str | None = None,
     agent_header: str | None = None,
+    more: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """The headers of a request signed as an agent of ``agent`` (an origin) would sign it."""
-    message = _Message(method, url, {"Signature-Agent": agent_header or f'"{agent}"'})
+    """The headers of a request signed as an agent of ``agent`` (an origin) would sign it (``more``: other
+    headers it sends, which ``covered`` may name)."""
+    message = _Message(method, url, {"Signature-Agent": agent_header or f'"{agent}"', **(more or {})})
     keyid = keyid or key.keyid
     resolver = MappingKeyResolver(public_keys={}, private_keys={keyid: key.private})
     signer = HTTPMessageSigner(signature_algorithm=algorithms.ED25519, key_resolver=resolver)
@@ -116,9 +124,52 @@ def raw(headers: dict[str, str], host: str) -> list[tuple[bytes, bytes]]:
     return [(b"host", host.encode())] + [(name.lower().encode(), value.encode()) for name, value in headers.items()]
 
 
+@pytest.fixture(scope="module")
+def test_ca(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """A test certificate authority and a certificate it signed for localhost: the CA file, the server's key and
+    certificate (PEM)."""
+    folder = tmp_path_factory.mktemp("ca")
+    now = datetime.datetime.now(datetime.UTC)
+
+    def certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name | None, signer: Any) -> Any:
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(issuer or name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+        )
+        if issuer is None:
+            builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            builder = builder.add_extension(
+                x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+            )
+        else:
+            names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("crawlergate test CA", ca_key, None, ca_key)
+    server = certificate("localhost", server_key, ca.subject, ca_key)
+    paths = folder / "ca.pem", folder / "server-key.pem", folder / "server.pem"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(
+        server_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    paths[2].write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    return paths
+
+
 @pytest.fixture
-def directory() -> Iterator[tuple[Directory, str]]:
-    served = Directory([Key()])
+def directory(test_ca: tuple[Path, Path, Path]) -> Iterator[tuple[Directory, str]]:
+    """An operator's key directory on a loopback HTTPS server with the test CA's certificate; its origin."""
+    served = Directory([Key()], ca_file=str(test_ca[0]))
 
     async def keys(request: Request) -> Response:
         served.fetched += 1
@@ -141,8 +192,10 @@ def directory() -> Iterator[tuple[Directory, str]]:
         headers = {"cache-control": served.cache_control}
         return Response(body, served.status, headers, media_type="application/http-message-signatures-directory+json")
 
-    server = ServerThread(Starlette(routes=[Route(DIRECTORY_PATH, keys)])).start()
-    yield served, server.url
+    app = Starlette(routes=[Route(DIRECTORY_PATH, keys)])
+    server = ServerThread(app, ssl_keyfile=str(test_ca[1]), ssl_certfile=str(test_ca[2])).start()
+    yield served, f"https://localhost:{server.port}"
+    server.server.force_exit = True  # a hanging answer is not waited for
     server.stop()
 
 
@@ -152,8 +205,8 @@ async def _sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-def _agents(origin: str, *, trust_s: float = 0.0, timeout_s: float = 2.0) -> SignedAgents:
-    directories = KeyDirectories(timeout_s=timeout_s, max_bytes=4096, min_s=1, max_s=3600)
+def _agents(served: Directory, origin: str, *, trust_s: float = 0.0, timeout_s: float = 2.0) -> SignedAgents:
+    directories = KeyDirectories(timeout_s=timeout_s, max_bytes=4096, min_s=1, max_s=3600, ca_file=served.ca_file)
     return SignedAgents(Operators({origin: "Test agent"}), directories, skew_s=5, trust_s=trust_s)
 
 
@@ -178,7 +231,7 @@ def test_signed_agent_is_pending_until_its_directory_is_fetched_then_verified(
     directory: tuple[Directory, str],
 ) -> None:
     served, origin = directory
-    agents = _agents(origin)
+    agents = _agents(served, origin)
     assert _check(agents, sign(served.keys[0], "https://forum.example/t/1", origin)).outcome == "pending"
     _wait_for_keys(agents, origin)
     assert _check(agents, sign(served.keys[0], "https://forum.example/t/1", origin)) == SignatureCheck(
@@ -190,26 +243,33 @@ def test_signed_agent_is_pending_until_its_directory_is_fetched_then_verified(
 
 def test_signed_agent_failures_are_unverified_claims_each_with_its_reason(directory: tuple[Directory, str]) -> None:
     served, origin = directory
-    agents = _agents(origin)
+    agents = _agents(served, origin)
     agents.directories.keys(origin)
     _wait_for_keys(agents, origin)
     key, url = served.keys[0], "https://forum.example/t/1"
     replayed = sign(key, url, origin, nonce="once")
     assert _check(agents, replayed).outcome == "verified"
-    cases = {
-        "expired": sign(key, url, origin, created=time.time() - 600),
-        "malformed": sign(key, url, origin, created=time.time() + 600),
-        "replayed": replayed,
-        "bad-signature": sign(Key(), url, origin, keyid=key.keyid),  # another key under the published key's id
-        "unknown-key": sign(Key(), url, origin),
-        "uncovered": sign(key, url, origin, covered=("@authority", "@path")),
-        "unknown-operator": sign(key, url, "https://other-agent.example"),
-        "no-agent": {**sign(key, url, origin), "Signature-Agent": "not a string"},
-    }
-    for reason, headers in cases.items():
-        assert _check(agents, headers) == SignatureCheck(
-            "invalid", "" if reason in ("unknown-operator", "no-agent") else "Test agent", reason
-        )
+    unlisted = origin.replace("localhost", "127.0.0.1")  # the same server under an origin the list does not name
+    fetched = served.fetched
+    cases = [
+        ("expired", sign(key, url, origin, created=time.time() - 600)),
+        ("malformed", sign(key, url, origin, created=time.time() + 600)),
+        ("replayed", replayed),
+        ("bad-signature", sign(Key(), url, origin, keyid=key.keyid)),  # another key under the published key's id
+        ("unknown-key", sign(Key(), url, origin)),
+        ("uncovered", sign(key, url, origin, covered=("@authority", "@path"))),
+        ("unknown-operator", sign(key, url, unlisted)),
+        ("no-agent", {**sign(key, url, origin), "Signature-Agent": "not a string"}),
+        ("bad-signature", {  # a signed header tampered with
+            **sign(key, url, origin, covered=(*COVERED, "user-agent"), more={"User-Agent": "Agent/1"}),
+            "User-Agent": "Agent/2",
+        }),
+        ("bad-signature", sign(key, "https://www.forum.example/t/1", origin)),  # signed for another @authority
+    ]  # fmt: skip
+    for reason, headers in cases:
+        operator = "" if reason in ("unknown-operator", "no-agent") else "Test agent"
+        assert _check(agents, headers) == SignatureCheck("invalid", operator, reason)
+    assert served.fetched == fetched  # an origin outside the list is never fetched
     # Signed for one page, sent for another; signed for another site than this one's public host.
     assert _check(agents, sign(key, url, origin), path=b"/t/2").reason == "bad-signature"
     signed_elsewhere = sign(key, "https://elsewhere.example/t/1", origin)
@@ -229,7 +289,7 @@ def test_signed_agent_failures_are_unverified_claims_each_with_its_reason(direct
 
 def test_signed_agent_named_in_a_signature_agent_dictionary(directory: tuple[Directory, str]) -> None:
     served, origin = directory
-    agents = _agents(origin)
+    agents = _agents(served, origin)
     agents.directories.keys(origin)
     _wait_for_keys(agents, origin)
     covered = ("@authority", '"signature-agent";key="agent2"')
@@ -245,7 +305,7 @@ def test_signed_agent_trusted_for_a_while_by_key_and_address_only(directory: tup
     served, origin = directory
     url = "https://forum.example/t/1"
     for trust_s, expected in ((0.0, "bad-signature"), (30.0, "")):
-        agents = _agents(origin, trust_s=trust_s)
+        agents = _agents(served, origin, trust_s=trust_s)
         agents.directories.keys(origin)
         _wait_for_keys(agents, origin)
         assert _check(agents, sign(served.keys[0], url, origin)).outcome == "verified"
@@ -264,8 +324,8 @@ def test_key_directory_fetches_are_bounded_and_a_failure_keeps_the_keys_it_had(
     directory: tuple[Directory, str],
 ) -> None:
     served, origin = directory
-    directories = KeyDirectories(timeout_s=0.5, max_bytes=65536, min_s=1, max_s=2)
-    client = httpx.Client(timeout=0.5)
+    directories = KeyDirectories(timeout_s=0.5, max_bytes=65536, min_s=1, max_s=2, ca_file=served.ca_file)
+    client = httpx.Client(timeout=0.5, verify=directories.tls)
     served.cache_control = "max-age=99999"
     directories.fetch(origin, client)  # what the thread does, here in the test's own
     keys = directories.keys(origin)
@@ -313,6 +373,7 @@ def test_serve_gives_a_verified_agent_its_policy_and_counts_it(
     agents_file = tmp_path / "agents.toml"
     agents_file.write_text(f'[[operator]]\nname = "Test agent"\norigin = "{origin}"\n')
     config = f'[server]\npublic_url = "https://forum.example"\n[verify]\nagents_file = "{agents_file}"\n'
+    config += f'directory_ca_file = "{served.ca_file}"\n'
     config += "[regenerate]\nenabled = false\n"
     # The site's public name, as a TLS proxy in front would pass it on; the agent signs for it.
     browser = {**FIREFOX, "user-agent": CHROME, "host": "forum.example"}
@@ -361,7 +422,7 @@ def test_serve_gives_a_verified_agent_its_policy_and_counts_it(
 def test_directory_fetch_never_holds_a_request(directory: tuple[Directory, str]) -> None:
     served, origin = directory
     served.delay_s = 1.5
-    agents = _agents(origin)
+    agents = _agents(served, origin)
     started = time.monotonic()
     results = [_check(agents, sign(served.keys[0], "https://forum.example/t/1", origin)) for _ in range(20)]
     assert time.monotonic() - started < 1.0 and {result.outcome for result in results} == {"pending"}
@@ -381,7 +442,11 @@ def test_signatures_are_not_believed_without_the_sites_public_url(
     agents_file.write_text(f'[[operator]]\nname = "Test agent"\norigin = "{origin}"\n')
     browser = [(name.encode(), value.encode()) for name, value in {**FIREFOX, "user-agent": CHROME}.items()]
     for public_url, expected in (("", "human"), ("https://forum.example", "suspect")):
-        overrides = {"l2.cache_dir": str(tmp_path / "l2"), "verify.agents_file": str(agents_file)}
+        overrides = {
+            "l2.cache_dir": str(tmp_path / "l2"),
+            "verify.agents_file": str(agents_file),
+            "verify.directory_ca_file": served.ca_file,
+        }
         core = build_core(load_settings(environ={}, overrides={**overrides, "server.public_url": public_url}))
         signed = raw(sign(served.keys[0], "https://elsewhere.example/t/1", origin), "elsewhere.example")
         request = GateRequest("GET", "/t/1", b"/t/1", b"", [*browser, *signed], "192.0.2.7", "https")
@@ -400,3 +465,36 @@ def test_operator_named_like_a_crawler_family_is_refused(tmp_path: Path) -> None
     overrides = {"l2.cache_dir": str(tmp_path), "verify.agents_file": str(agents_file)}
     with pytest.raises(ConfigError, match="Googlebot: already a crawler family"):
         build_core(load_settings(environ={}, overrides=overrides))
+
+
+@pytest.mark.e2e
+def test_serve_a_directory_that_hangs_holds_no_signed_request(directory: tuple[Directory, str], tmp_path: Path) -> None:
+    """The operator's directory answers after 30 s (the gate gives up at 5): signed requests meanwhile are
+    judged as if unsigned, at once, like their unsigned neighbours; the directory is asked once."""
+    from crawlergate.demo.forum import create_forum
+
+    served, origin = directory
+    served.delay_s = 30.0
+    forum = ServerThread(create_forum(tmp_path / "forum.sqlite3", threads=8, work_ms=1)).start()
+    agents_file = tmp_path / "agents.toml"
+    agents_file.write_text(f'[[operator]]\nname = "Test agent"\norigin = "{origin}"\n')
+    config = f'[server]\npublic_url = "https://forum.example"\n[verify]\nagents_file = "{agents_file}"\n'
+    config += f'directory_ca_file = "{served.ca_file}"\n[regenerate]\nenabled = false\n'
+    browser = {**FIREFOX, "user-agent": CHROME, "host": "forum.example"}
+    took: dict[str, list[float]] = {"signed": [], "unsigned": []}
+    try:
+        with serve_process(forum.url, tmp_path / "gate", config) as base, httpx.Client() as client:
+            url = f"{base}/showthread.php?t=4"
+            for _ in range(60):
+                signed = {**browser, **sign(served.keys[0], "https://forum.example/showthread.php?t=4", origin)}
+                for kind, headers in (("signed", signed), ("unsigned", browser)):
+                    started = time.perf_counter()
+                    answer = client.get(url, headers=headers)
+                    took[kind].append(time.perf_counter() - started)
+                    assert answer.status_code == 200 and answer.headers["x-crawlergate"] == "pass"
+            pending = client.get(f"{base}/_crawlergate/stats").json()["signed_agents"]["pending"]
+    finally:
+        forum.stop()
+    assert pending == 60 and served.fetched == 1
+    p99 = {kind: sorted(times)[int(len(times) * 0.99) - 1] for kind, times in took.items()}
+    assert p99["signed"] < p99["unsigned"] + 0.5, p99  # a request that waited would take the 5 s timeout

@@ -113,6 +113,7 @@ class Judge:
                 max_bytes=verify.directory_max_bytes,
                 min_s=verify.directory_min_seconds,
                 max_s=verify.directory_max_seconds,
+                ca_file=verify.directory_ca_file,
             )
             trust_s = verify.signature_trust_seconds
             signed = SignedAgents(operators, directories, skew_s=verify.signature_skew_seconds, trust_s=trust_s)

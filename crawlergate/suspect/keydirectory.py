@@ -19,15 +19,18 @@ import hashlib
 import json
 import logging
 import re
+import ssl
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import certifi
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from crawlergate.errors import ConfigError
 from crawlergate.forksafe import after_fork_in_child
 
 logger = logging.getLogger(__name__)
@@ -69,15 +72,15 @@ class KeyDirectories:
         max_bytes: int,
         min_s: float,
         max_s: float,
+        ca_file: str = "",
         clock: Callable[[], float] = time.time,
-        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.timeout_s = timeout_s
+        self.tls = tls_context(ca_file)
         self.max_bytes = max_bytes
         self.min_s = min_s
         self.max_s = max_s
         self._clock = clock
-        self._transport = transport
         self.fetches = 0
         self.failures = 0
         self._forget_parent()
@@ -132,7 +135,7 @@ class KeyDirectories:
         self._wake.set()
 
     def _run(self) -> None:
-        with httpx.Client(timeout=self.timeout_s, follow_redirects=False, transport=self._transport) as client:
+        with httpx.Client(timeout=self.timeout_s, follow_redirects=False, verify=self.tls) as client:
             while not self._stopping.is_set():
                 self._wake.wait()
                 self._wake.clear()
@@ -179,6 +182,18 @@ class KeyDirectories:
         found = _MAX_AGE.search(cache_control)
         max_age = float(found.group(1)) if found else self.min_s
         return min(max(max_age, self.min_s), self.max_s)
+
+
+def tls_context(ca_file: str = "") -> ssl.SSLContext:
+    """The TLS context of directory fetches: certifi's authorities (as httpx's own), and ``ca_file``'s; raises
+    ConfigError when that file holds none."""
+    context = ssl.create_default_context(cafile=certifi.where())
+    if ca_file:
+        try:
+            context.load_verify_locations(cafile=ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"verify.directory_ca_file {ca_file!r}: no certificate authority read ({exc}).") from None
+    return context
 
 
 class DirectoryError(ValueError):
