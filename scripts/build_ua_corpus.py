@@ -31,7 +31,8 @@ Doubtful people are left out and listed in corpus-excluded.tsv.gz with the reaso
 crawler by another source; matched by a crawler-user-agents pattern (for sources without a bot
 verdict of their own, i.e. all but Matomo); an HTTP library, feed reader, download or antivirus
 client by its source's type or uap family; a program of unknown type (no browser grammar, no
-device) in uap-core's test_ua/test_os/PGTS lists; an unidentified or markup-laden PGTS entry;
+device) in uap-core's test_ua/test_os/PGTS lists; a podcast catcher (no browser grammar) in uap-core's or
+Matomo's podcasting lists, which polls feeds as feed readers do; an unidentified or markup-laden PGTS entry;
 a headless browser, renderer, updater or system service named in it; and in user-agents' traffic
 samples, strings no browser's navigator.userAgent has (made up by scripts), self-declared tools in
 browser strings and made-up Chrome versions (counted, not listed: about 180,000).
@@ -491,6 +492,12 @@ UAP_PROGRAM_FAMILY = re.compile(
 )
 
 
+# The podcasting lists (uap-core's podcasting_user_agent_strings, Matomo's podcasting fixtures) hold the clients
+# that fetched a podcast's feed or episodes. Those without a browser in them are podcast catchers and media
+# players polling feeds and downloading episodes on their own schedule, as feed readers do (left out too):
+# programs at the moment they fetch, whoever installed them.
+PODCAST_CATCHER = "podcasting list, no browser: a podcast catcher polling feeds on its own, as feed readers do"
+
 UAP_PROGRAMS_UNTYPED = ("test_ua", "test_os", "additional_os_tests", "pgts_browser_list")
 
 
@@ -537,7 +544,9 @@ def add_uap(corpus: Corpus, folder: Path, parser: UapParser, families: ProjectFa
             else:
                 device_kind = grammar_kind(text)
             kind = refine_kind(text, device_kind)
-            if kind == "app" and name in UAP_PROGRAMS_UNTYPED:
+            if kind == "app" and name == "podcasting_user_agent_strings":
+                corpus.exclude(text, PODCAST_CATCHER, source, shipped)
+            elif kind == "app" and name in UAP_PROGRAMS_UNTYPED:
                 # test_ua and test_os hold libraries, servers and updaters beside apps, with no type to tell them
                 # apart; only a device (test_device) or a podcast list vouches for a program being a person's.
                 corpus.exclude(
@@ -735,7 +744,11 @@ def add_matomo(corpus: Corpus, cache: Path) -> None:
                 continue
             device_kind = MATOMO_DEVICE_KIND.get(device_type) or grammar_kind(text)
             app = client_type in ("mobile app", "mediaplayer", "pim", "messaging")
-            corpus.person(text, refine_kind(text, device_kind, app_by_source=app), f"matomo:{stem}", False)
+            kind = refine_kind(text, device_kind, app_by_source=app)
+            if kind == "app" and stem == "podcasting":
+                corpus.exclude(text, PODCAST_CATCHER, f"matomo:{stem}", False)
+                continue
+            corpus.person(text, kind, f"matomo:{stem}", False)
 
 
 # --- resolving and writing -------------------------------------------------------------------------
