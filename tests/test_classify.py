@@ -231,6 +231,11 @@ PEOPLE_TABLE = [
         id="android-phone-model-named-spider",
     ),
     pytest.param(
+        "Mozilla/5.0 (Linux; Android 13; Spider 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 "
+        "Safari/537.36",
+        id="android-tablet-model-named-spider-without-a-build",
+    ),
+    pytest.param(
         "Mozilla/5.0 (iPhone; CPU iPhone OS 16_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
         "Mobile/15E148 Instagram 262.0.0.24.327 (iPhone13,2; iOS 16_1; en_US@calendar=gregorian; en; scale=3.00; "
         "1170x2532; 433011834)",
