@@ -19,8 +19,9 @@ a build with --no-lgpl may keep a few more people; the shipped files say which w
 
 Labels come from each source's own metadata, never from crawlergate's classifier:
   * people's kind: the source's device type (user-agents' deviceCategory, Matomo's device.type,
-    top-user-agents' desktop/mobile lists; uap-core has no device type, so its device family and
-    the user agent's grammar decide), overridden by the user agent's grammar for in-app browsers
+    top-user-agents' desktop/mobile lists, ua-parser-js's expected device type; uap-core, ua-parser's
+    uas.js and top-user-agents before 2.1 have none, so uap's device family and the user agent's
+    grammar decide), overridden by the user agent's grammar for in-app browsers
     (FBAN/FBAV, Instagram, Line/, MicroMessenger, "; wv)" ... inside a browser string), TVs and
     consoles, and apps (Name/version without a browser engine);
   * crawlers: crawler-user-agents' instances (source names the pattern), uap-core's "Spider"
@@ -30,12 +31,14 @@ Labels come from each source's own metadata, never from crawlergate's classifier
 Doubtful people are left out and listed in corpus-excluded.tsv.gz with the reason: labelled a
 crawler by another source; matched by a crawler-user-agents pattern (for sources without a bot
 verdict of their own, i.e. all but Matomo); an HTTP library, feed reader, download or antivirus
-client by its source's type or uap family; a program of unknown type (no browser grammar, no
-device) in uap-core's test_ua/test_os/PGTS lists; a podcast catcher (no browser grammar) in uap-core's or
-Matomo's podcasting lists, which polls feeds as feed readers do; an unidentified or markup-laden PGTS entry;
-a headless browser, renderer, updater or system service named in it; and in user-agents' traffic
-samples, strings no browser's navigator.userAgent has (made up by scripts), self-declared tools in
-browser strings and made-up Chrome versions (counted, not listed: about 180,000).
+client by its source's type or uap family; a program of unknown type (no browser grammar, no device)
+in uap-core's test_ua/test_os/PGTS lists, ua-parser's uas.js and top-user-agents; a podcast catcher
+(no browser grammar) in uap-core's or Matomo's podcasting lists, which polls feeds as feed readers
+do; ua-parser-js's media-player cases and the cases whose expected browser is a bot or a library; an
+unidentified or markup-laden PGTS entry; a headless browser, renderer, updater or system service
+named in it; and in user-agents' traffic samples, strings no browser's navigator.userAgent has (made
+up by scripts), self-declared tools in browser strings and made-up Chrome versions (counted, not
+listed: about 510,000 over all releases).
 
 CrawlerDetect's fixtures are deliberately not used: it is the comparison anchor of the measurements.
 """
@@ -152,6 +155,18 @@ _USER_AGENTS_RELEASES = """
     2.1.191 2.1.192 2.1.193 2.1.195 2.1.196 2.1.197 2.1.198
 """
 USER_AGENTS_VERSIONS = tuple(_USER_AGENTS_RELEASES.split())
+# top-user-agents: each release lists the most frequent user agents of microlink.io's traffic when it was cut
+# (src/desktop.json and src/mobile.json since 2.1; one index.json, without the device, before).
+_TOP_USER_AGENTS_RELEASES = """
+    1.0.11 1.0.16 1.0.19 1.0.21 1.0.24 1.0.26 1.0.29 1.0.33 1.0.37 1.0.43 1.0.45 1.0.46 1.0.47 1.0.49 1.0.50
+    1.0.52 1.0.57 1.0.64 1.0.65 1.0.66 2.1.0 2.1.3 2.1.9 2.1.21 2.1.22 2.1.23 2.1.24 2.1.28 2.1.29 2.1.30 2.1.31
+    2.1.33 2.1.36 2.1.37 2.1.39 2.1.40 2.1.42 2.1.43 2.1.44 2.1.45 2.1.46 2.1.49 2.1.56 2.1.57 2.1.59 2.1.60
+    2.1.61 2.1.62 2.1.64 2.1.66 2.1.68 2.1.69 2.1.70 2.1.72 2.1.73 2.1.75 2.1.77 2.1.78 2.1.79 2.1.80 2.1.81
+    2.1.82 2.1.83 2.1.84 2.1.85 2.1.86 2.1.87 2.1.90 2.1.91 2.1.92 2.1.93 2.1.94 2.1.99 2.1.103 2.1.104 2.1.105
+    2.1.108 2.1.109 2.1.110 2.1.111 2.1.115 2.1.130 2.1.131 2.1.132 2.1.133 2.1.134 2.1.135 2.1.136 2.1.137
+    2.1.138
+"""
+TOP_USER_AGENTS_VERSIONS = tuple(_TOP_USER_AGENTS_RELEASES.split())
 
 
 @dataclass(frozen=True)
@@ -179,10 +194,28 @@ SOURCES = {
         "top-user-agents",
         "npm",
         "top-user-agents",
-        "2.1.138",
+        ",".join(TOP_USER_AGENTS_VERSIONS),
         "MIT",
         True,
-        "src/desktop.json, src/mobile.json: the top user agents of microlink.io's traffic (people)",
+        "src/desktop.json, src/mobile.json (index.json before 2.1): the top user agents of microlink.io's traffic",
+    ),
+    "ua-parser-js": Source(
+        "ua-parser-js",
+        "npm",
+        "ua-parser-js",
+        "1.0.2",
+        "MIT",
+        True,
+        "test/*-test.json: its test cases, with the device type expected (people; the last MIT release with tests)",
+    ),
+    "ua-parser-node": Source(
+        "ua-parser-node",
+        "npm",
+        "ua-parser",
+        "0.3.5",
+        "Apache-2.0 / MIT",
+        True,
+        "tests/uas.js: a popularity-weighted sample of 2011's user agents, its benchmark (people)",
     ),
     "uap-core": Source(
         "uap-core",
@@ -564,6 +597,7 @@ UAP_PROGRAM_FAMILY = re.compile(
 # programs at the moment they fetch, whoever installed them.
 PODCAST_CATCHER = "podcasting list, no browser: a podcast catcher polling feeds on its own, as feed readers do"
 
+UNTYPED_PROGRAM = "{name}: a program of unknown type (no browser, no device)"
 UAP_PROGRAMS_UNTYPED = ("test_ua", "test_os", "additional_os_tests", "pgts_browser_list")
 
 
@@ -615,9 +649,7 @@ def add_uap(corpus: Corpus, folder: Path, parser: UapParser, families: ProjectFa
             elif kind == "app" and name in UAP_PROGRAMS_UNTYPED:
                 # test_ua and test_os hold libraries, servers and updaters beside apps, with no type to tell them
                 # apart; only a device (test_device) or a podcast list vouches for a program being a person's.
-                corpus.exclude(
-                    text, f"uap-core {name}: a program of unknown type (no browser, no device)", source, shipped
-                )
+                corpus.exclude(text, UNTYPED_PROGRAM.format(name=f"uap-core {name}"), source, shipped)
             else:
                 corpus.person(text, kind, source, shipped)
 
@@ -732,13 +764,63 @@ def add_user_agents(corpus: Corpus, cache: Path) -> None:
 
 
 def add_top_user_agents(corpus: Corpus, cache: Path) -> None:
-    tgz = npm_pack("top-user-agents", SOURCES["top-user-agents"].version, cache)
-    for name, raw in tar_members(tgz, r"/src/(?:desktop|mobile)\.json$"):
-        device_kind = "desktop" if name.endswith("desktop.json") else "mobile"
-        for ua in json.loads(raw):
-            text = clean(ua)
-            if text is not None:
-                corpus.person(text, refine_kind(text, device_kind), f"top-user-agents:{device_kind}", True)
+    for version in TOP_USER_AGENTS_VERSIONS:
+        tgz = npm_pack("top-user-agents", version, cache)
+        members = list(tar_members(tgz, r"/src/(?:desktop|mobile)\.json$"))
+        if not members:
+            members = list(tar_members(tgz, r"^package/index\.json$"))
+        for name, raw in members:
+            device_kind = {"desktop.json": "desktop", "mobile.json": "mobile"}.get(Path(name).name, "")
+            for ua in json.loads(raw):
+                text = clean(ua)
+                if text is None:
+                    continue
+                source = f"top-user-agents:{device_kind}" if device_kind else "top-user-agents"
+                kind = refine_kind(text, device_kind or grammar_kind(text))
+                if kind == "app":
+                    # microlink.io serves an API: its traffic holds runtimes and scripts beside browsers and apps.
+                    corpus.exclude(text, UNTYPED_PROGRAM.format(name="top-user-agents"), source, True)
+                else:
+                    corpus.person(text, kind, source, True)
+
+
+UA_PARSER_JS_KIND = {"mobile": "mobile", "tablet": "tablet", "smarttv": "tv-console", "console": "tv-console"}
+
+
+def add_ua_parser_js(corpus: Corpus, cache: Path) -> None:
+    """ua-parser-js's test cases; a case whose expected browser is a bot or a library is not a person."""
+    tgz = npm_pack("ua-parser-js", SOURCES["ua-parser-js"].version, cache)
+    for name, raw in tar_members(tgz, r"^package/test/[a-z]+-test\.json$"):
+        stem = Path(name).stem
+        for case in json.loads(raw):
+            text = clean(case.get("ua"))
+            if text is None:
+                continue
+            source = f"ua-parser-js:{stem}"
+            expect = case.get("expect") or {}
+            family = str(expect.get("name") or "") if stem == "browser-test" else ""
+            if stem == "mediaplayer-test":
+                corpus.exclude(text, "ua-parser-js mediaplayer test: a media framework fetching streams", source, True)
+            elif UAP_BOT_FAMILY.search(family) or UAP_PROGRAM_FAMILY.match(family):
+                corpus.exclude(text, f"ua-parser-js expects {family!r}: a bot or a library", source, True)
+            else:
+                device_kind = UA_PARSER_JS_KIND.get(str(expect.get("type"))) if stem == "device-test" else None
+                corpus.person(text, refine_kind(text, device_kind or grammar_kind(text)), source, True)
+
+
+def add_ua_parser_node(corpus: Corpus, cache: Path) -> None:
+    tgz = npm_pack("ua-parser", SOURCES["ua-parser-node"].version, cache)
+    ((_, raw),) = tar_members(tgz, r"^package/tests/uas\.js$")
+    body = raw.decode("utf-8").split("exports.uas=[", 1)[1].rsplit("]", 1)[0].rstrip().rstrip(",")
+    for ua in json.loads("[" + body + "]"):
+        text = clean(ua)
+        if text is None:
+            continue
+        kind = refine_kind(text, grammar_kind(text))
+        if kind == "app":
+            corpus.exclude(text, UNTYPED_PROGRAM.format(name="ua-parser uas.js"), "ua-parser:uas.js", True)
+        else:
+            corpus.person(text, kind, "ua-parser:uas.js", True)
 
 
 def crawler_user_agents(cache: Path) -> list[dict]:
@@ -962,14 +1044,15 @@ def header(title: str, columns: str, shipped: bool, lgpl_used: bool, note: str =
             )
             continue
         version = source.version
-        if source.key == "user-agents":
-            version = f"{len(USER_AGENTS_VERSIONS)} releases: {version}"
+        if source.key in ("user-agents", "top-user-agents"):
+            version = f"{len(version.split(','))} releases: {version}"
         lines.append(f"#   {source.package} {version}, {source.licence}, {source.registry}: {source.what}")
     if shipped:
         lines.append(
             "# Licences: BSD-2-Clause (user-agents, Copyright Intoli, LLC), MIT (top-user-agents, Copyright "
-            "Kiko Beats; crawler-user-agents, Copyright Martin Monperrus), Apache-2.0 (uap-core, Copyright "
-            "Google Inc.): redistributed under their terms."
+            "Kiko Beats; crawler-user-agents, Copyright Martin Monperrus; ua-parser-js, Copyright Faisal Salman), "
+            "Apache-2.0 (uap-core, Copyright Google Inc.; ua-parser's JS port, Copyright Tobie Langel, MIT or "
+            "Apache-2.0): redistributed under their terms."
         )
     else:
         lines.append("# LGPL-3.0 data: keep it in the cache folder, never in the repository.")
@@ -1004,6 +1087,9 @@ def main(argv: list[str] | None = None) -> int:
     add_user_agents(corpus, cache)
     print("top-user-agents ...", file=sys.stderr)
     add_top_user_agents(corpus, cache)
+    print("ua-parser-js, ua-parser ...", file=sys.stderr)
+    add_ua_parser_js(corpus, cache)
+    add_ua_parser_node(corpus, cache)
     print("crawler-user-agents ...", file=sys.stderr)
     cua = crawler_user_agents(cache)
     add_crawler_user_agents(corpus, cua)
