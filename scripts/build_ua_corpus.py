@@ -727,9 +727,12 @@ NAVIGATOR_SHAPE = re.compile(r"(?:Mozilla/5\.0|Opera/9\.80) \(")
 # "(KHTML, like Gecko; compatible; BuiltWith/1.0; +http://…)": a tool in a browser's clothes. So is a bot's own
 # name and version or a contact address after a browser's ("… Safari/604.1 MicroAdBot/1.1 (https://…/contact/)",
 # "… Site-Shot/2.1 (http://www.site-shot.com/) …", "(compatible;Impact Radius Compliance Bot) …"): no browser's
-# navigator.userAgent carries one unless a script set it.
+# navigator.userAgent carries one unless a script set it; nor is "Mozilla/5.0 (compatible; AGU/0.8.4)" one: a browser
+# names its platform.
 SELF_DECLARED = re.compile(
-    r"like Gecko; compatible|; \+https?://|\(\+?https?://|[a-z]bot/\d|\(compatible;[^)]*\bbot\b", re.I
+    r"like Gecko; compatible|; \+https?://|\(\+?https?://|[a-z]bot/\d|\(compatible;[^)]*\bbot\b|"
+    r"^Mozilla/5\.0 \(compatible; [^;()]*\)$",
+    re.I,
 )
 
 

@@ -44,6 +44,7 @@ def build() -> ModuleType:
             True,
             id="bot-in-compatible-comment",
         ),
+        pytest.param("Mozilla/5.0 (compatible; AGU/0.8.4)", True, id="no-platform"),
         pytest.param(
             "Mozilla/5.0 (Linux; Android 9; CUBOT P30) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/87.0.4280.101 "
             "Mobile Safari/537.36",
