@@ -19,8 +19,9 @@ a build with --no-lgpl may keep a few more people; the shipped files say which w
 
 Labels come from each source's own metadata, never from crawlergate's classifier:
   * people's kind: the source's device type (user-agents' deviceCategory, Matomo's device.type,
-    top-user-agents' desktop/mobile lists; uap-core has no device type, so its device family and
-    the user agent's grammar decide), overridden by the user agent's grammar for in-app browsers
+    top-user-agents' desktop/mobile lists, ua-parser-js's expected device type; uap-core, ua-parser's
+    uas.js and top-user-agents before 2.1 have none, so uap's device family and the user agent's
+    grammar decide), overridden by the user agent's grammar for in-app browsers
     (FBAN/FBAV, Instagram, Line/, MicroMessenger, "; wv)" ... inside a browser string), TVs and
     consoles, and apps (Name/version without a browser engine);
   * crawlers: crawler-user-agents' instances (source names the pattern), uap-core's "Spider"
@@ -30,11 +31,14 @@ Labels come from each source's own metadata, never from crawlergate's classifier
 Doubtful people are left out and listed in corpus-excluded.tsv.gz with the reason: labelled a
 crawler by another source; matched by a crawler-user-agents pattern (for sources without a bot
 verdict of their own, i.e. all but Matomo); an HTTP library, feed reader, download or antivirus
-client by its source's type or uap family; a program of unknown type (no browser grammar, no
-device) in uap-core's test_ua/test_os/PGTS lists; an unidentified or markup-laden PGTS entry;
-a headless browser, renderer, updater or system service named in it; and in user-agents' traffic
-samples, strings no browser's navigator.userAgent has (made up by scripts), self-declared tools in
-browser strings and made-up Chrome versions (counted, not listed: about 180,000).
+client by its source's type or uap family; a program of unknown type (no browser grammar, no device)
+in uap-core's test_ua/test_os/PGTS lists, ua-parser's uas.js and top-user-agents; a podcast catcher
+(no browser grammar) in uap-core's or Matomo's podcasting lists, which polls feeds as feed readers
+do; ua-parser-js's media-player cases and the cases whose expected browser is a bot or a library; an
+unidentified or markup-laden PGTS entry; a headless browser, renderer, updater or system service
+named in it; and in user-agents' traffic samples, strings no browser's navigator.userAgent has (made
+up by scripts), self-declared tools in browser strings and made-up Chrome versions (counted, not
+listed: about 510,000 over all releases).
 
 CrawlerDetect's fixtures are deliberately not used: it is the comparison anchor of the measurements.
 """
@@ -76,17 +80,93 @@ DEFAULT_OUT = ROOT / "tests" / "data" / "user_agents"
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "crawlergate" / "ua-corpus"
 CRAWLERS_TOML = ROOT / "rules" / "crawlers.toml"
 
-# user-agents (Intoli) ships one day's sample of real site traffic per release; each release adds
-# the browser builds of its day, so a pinned spread of releases gives a large, real corpus.
+# user-agents (Intoli) ships one day's sample of real site traffic per release (about 400 distinct user agents,
+# weighted); each release adds the browser builds of its day, so every release with a data file gives a large,
+# real corpus (all of them, 0.0.4 to 2.1.198, but 0.0.2, 1.1.673 and 1.1.675, which ship no data).
 _USER_AGENTS_RELEASES = """
-    1.0.0 1.0.411 1.0.567 1.0.628 1.0.690 1.0.775 1.0.823 1.0.884 1.0.926 1.0.975 1.0.1014 1.0.1054 1.0.1058
-    1.0.1108 1.0.1165 1.0.1222 1.0.1275 1.0.1355 1.0.1415 1.1.34 1.1.93 1.1.148 1.1.208 1.1.249 1.1.268 1.1.364
-    1.1.458 1.1.540 1.1.544 1.1.548 1.1.551 1.1.552 1.1.556 1.1.560 1.1.564 1.1.568 1.1.572 1.1.576 1.1.580
-    1.1.581 1.1.584 1.1.588 1.1.592 1.1.593 1.1.596 1.1.600 1.1.610 1.1.630 1.1.636 1.1.637 2.1.1 2.1.12 2.1.25
-    2.1.37 2.1.58 2.1.75 2.1.100 2.1.124 2.1.136 2.1.144 2.1.155 2.1.161 2.1.167 2.1.172 2.1.174 2.1.176
-    2.1.178 2.1.181 2.1.184 2.1.186 2.1.189 2.1.191 2.1.193 2.1.196 2.1.198
+    0.0.4 1.0.0 1.0.4 1.0.38 1.0.53 1.0.97 1.0.109 1.0.123 1.0.163 1.0.186 1.0.189 1.0.203 1.0.207 1.0.236
+    1.0.248 1.0.257 1.0.258 1.0.278 1.0.300 1.0.304 1.0.309 1.0.314 1.0.321 1.0.378 1.0.381 1.0.383 1.0.386
+    1.0.387 1.0.390 1.0.392 1.0.396 1.0.411 1.0.412 1.0.439 1.0.442 1.0.450 1.0.452 1.0.478 1.0.479 1.0.484
+    1.0.488 1.0.495 1.0.496 1.0.500 1.0.501 1.0.505 1.0.508 1.0.509 1.0.513 1.0.517 1.0.518 1.0.519 1.0.534
+    1.0.535 1.0.550 1.0.559 1.0.560 1.0.561 1.0.562 1.0.565 1.0.566 1.0.567 1.0.568 1.0.570 1.0.571 1.0.573
+    1.0.574 1.0.577 1.0.578 1.0.580 1.0.583 1.0.585 1.0.587 1.0.588 1.0.589 1.0.591 1.0.593 1.0.596 1.0.597
+    1.0.598 1.0.601 1.0.603 1.0.608 1.0.609 1.0.610 1.0.613 1.0.614 1.0.617 1.0.618 1.0.622 1.0.627 1.0.628
+    1.0.633 1.0.634 1.0.637 1.0.638 1.0.639 1.0.643 1.0.645 1.0.646 1.0.647 1.0.649 1.0.651 1.0.652 1.0.656
+    1.0.657 1.0.658 1.0.659 1.0.661 1.0.662 1.0.664 1.0.667 1.0.671 1.0.673 1.0.675 1.0.676 1.0.679 1.0.681
+    1.0.682 1.0.683 1.0.688 1.0.690 1.0.692 1.0.693 1.0.696 1.0.697 1.0.698 1.0.699 1.0.700 1.0.705 1.0.706
+    1.0.707 1.0.708 1.0.710 1.0.714 1.0.715 1.0.719 1.0.720 1.0.723 1.0.727 1.0.732 1.0.737 1.0.739 1.0.749
+    1.0.753 1.0.757 1.0.759 1.0.762 1.0.763 1.0.769 1.0.771 1.0.775 1.0.776 1.0.777 1.0.778 1.0.779 1.0.781
+    1.0.784 1.0.785 1.0.786 1.0.787 1.0.789 1.0.790 1.0.793 1.0.794 1.0.797 1.0.798 1.0.799 1.0.800 1.0.801
+    1.0.805 1.0.806 1.0.807 1.0.808 1.0.811 1.0.813 1.0.816 1.0.817 1.0.819 1.0.820 1.0.822 1.0.823 1.0.825
+    1.0.827 1.0.828 1.0.830 1.0.831 1.0.835 1.0.836 1.0.837 1.0.838 1.0.839 1.0.841 1.0.844 1.0.845 1.0.851
+    1.0.853 1.0.854 1.0.857 1.0.861 1.0.862 1.0.867 1.0.871 1.0.872 1.0.873 1.0.875 1.0.876 1.0.877 1.0.881
+    1.0.882 1.0.883 1.0.884 1.0.886 1.0.887 1.0.889 1.0.894 1.0.895 1.0.897 1.0.898 1.0.900 1.0.901 1.0.902
+    1.0.905 1.0.906 1.0.907 1.0.908 1.0.909 1.0.910 1.0.911 1.0.912 1.0.914 1.0.915 1.0.916 1.0.917 1.0.918
+    1.0.920 1.0.921 1.0.922 1.0.923 1.0.924 1.0.925 1.0.926 1.0.927 1.0.930 1.0.931 1.0.932 1.0.937 1.0.938
+    1.0.939 1.0.942 1.0.943 1.0.944 1.0.945 1.0.946 1.0.947 1.0.950 1.0.951 1.0.952 1.0.953 1.0.954 1.0.955
+    1.0.957 1.0.958 1.0.960 1.0.962 1.0.965 1.0.966 1.0.967 1.0.971 1.0.972 1.0.974 1.0.975 1.0.977 1.0.978
+    1.0.980 1.0.981 1.0.983 1.0.984 1.0.986 1.0.987 1.0.988 1.0.990 1.0.991 1.0.992 1.0.993 1.0.994 1.0.995
+    1.0.996 1.0.998 1.0.999 1.0.1000 1.0.1001 1.0.1004 1.0.1005 1.0.1006 1.0.1007 1.0.1008 1.0.1009 1.0.1010
+    1.0.1012 1.0.1013 1.0.1014 1.0.1016 1.0.1020 1.0.1021 1.0.1022 1.0.1023 1.0.1025 1.0.1026 1.0.1027 1.0.1028
+    1.0.1029 1.0.1030 1.0.1031 1.0.1032 1.0.1033 1.0.1034 1.0.1039 1.0.1041 1.0.1044 1.0.1045 1.0.1046 1.0.1048
+    1.0.1050 1.0.1051 1.0.1052 1.0.1053 1.0.1054 1.0.1055 1.0.1056 1.0.1057 1.0.1058 1.0.1059 1.0.1060 1.0.1061
+    1.0.1062 1.0.1064 1.0.1066 1.0.1067 1.0.1070 1.0.1073 1.0.1074 1.0.1076 1.0.1078 1.0.1079 1.0.1080 1.0.1081
+    1.0.1082 1.0.1083 1.0.1084 1.0.1087 1.0.1090 1.0.1091 1.0.1092 1.0.1093 1.0.1096 1.0.1100 1.0.1101 1.0.1102
+    1.0.1103 1.0.1106 1.0.1108 1.0.1109 1.0.1114 1.0.1116 1.0.1120 1.0.1124 1.0.1125 1.0.1126 1.0.1128 1.0.1129
+    1.0.1133 1.0.1137 1.0.1138 1.0.1140 1.0.1141 1.0.1143 1.0.1144 1.0.1146 1.0.1147 1.0.1148 1.0.1149 1.0.1150
+    1.0.1151 1.0.1155 1.0.1156 1.0.1157 1.0.1158 1.0.1159 1.0.1160 1.0.1164 1.0.1165 1.0.1166 1.0.1168 1.0.1170
+    1.0.1171 1.0.1172 1.0.1174 1.0.1175 1.0.1176 1.0.1180 1.0.1181 1.0.1185 1.0.1189 1.0.1190 1.0.1191 1.0.1192
+    1.0.1194 1.0.1195 1.0.1196 1.0.1197 1.0.1200 1.0.1201 1.0.1204 1.0.1206 1.0.1208 1.0.1209 1.0.1211 1.0.1212
+    1.0.1213 1.0.1218 1.0.1222 1.0.1223 1.0.1225 1.0.1229 1.0.1230 1.0.1231 1.0.1236 1.0.1237 1.0.1238 1.0.1240
+    1.0.1243 1.0.1244 1.0.1246 1.0.1247 1.0.1248 1.0.1249 1.0.1250 1.0.1252 1.0.1255 1.0.1256 1.0.1257 1.0.1258
+    1.0.1263 1.0.1264 1.0.1265 1.0.1266 1.0.1268 1.0.1269 1.0.1273 1.0.1274 1.0.1275 1.0.1278 1.0.1281 1.0.1283
+    1.0.1284 1.0.1285 1.0.1287 1.0.1288 1.0.1289 1.0.1290 1.0.1291 1.0.1292 1.0.1293 1.0.1295 1.0.1306 1.0.1308
+    1.0.1311 1.0.1312 1.0.1316 1.0.1318 1.0.1320 1.0.1327 1.0.1328 1.0.1332 1.0.1333 1.0.1338 1.0.1340 1.0.1341
+    1.0.1346 1.0.1353 1.0.1355 1.0.1356 1.0.1358 1.0.1359 1.0.1360 1.0.1361 1.0.1364 1.0.1365 1.0.1367 1.0.1369
+    1.0.1370 1.0.1371 1.0.1372 1.0.1373 1.0.1374 1.0.1377 1.0.1380 1.0.1382 1.0.1386 1.0.1387 1.0.1392 1.0.1393
+    1.0.1397 1.0.1401 1.0.1404 1.0.1405 1.0.1406 1.0.1408 1.0.1410 1.0.1412 1.0.1415 1.0.1418 1.0.1419 1.0.1420
+    1.0.1421 1.0.1422 1.0.1427 1.0.1428 1.0.1431 1.0.1432 1.0.1434 1.0.1436 1.0.1437 1.0.1438 1.0.1441 1.0.1444
+    1.1.0 1.1.11 1.1.12 1.1.13 1.1.20 1.1.22 1.1.24 1.1.25 1.1.27 1.1.29 1.1.30 1.1.31 1.1.32 1.1.33 1.1.34
+    1.1.35 1.1.40 1.1.41 1.1.44 1.1.46 1.1.48 1.1.50 1.1.53 1.1.54 1.1.55 1.1.56 1.1.57 1.1.59 1.1.61 1.1.62
+    1.1.68 1.1.69 1.1.70 1.1.71 1.1.73 1.1.75 1.1.78 1.1.79 1.1.80 1.1.81 1.1.85 1.1.86 1.1.89 1.1.92 1.1.93
+    1.1.94 1.1.96 1.1.98 1.1.100 1.1.102 1.1.104 1.1.105 1.1.106 1.1.107 1.1.111 1.1.114 1.1.120 1.1.122 1.1.124
+    1.1.126 1.1.127 1.1.128 1.1.129 1.1.132 1.1.133 1.1.134 1.1.135 1.1.136 1.1.138 1.1.139 1.1.140 1.1.141
+    1.1.143 1.1.147 1.1.148 1.1.150 1.1.152 1.1.153 1.1.154 1.1.155 1.1.156 1.1.158 1.1.164 1.1.165 1.1.169
+    1.1.170 1.1.172 1.1.173 1.1.174 1.1.175 1.1.179 1.1.180 1.1.181 1.1.184 1.1.185 1.1.186 1.1.187 1.1.194
+    1.1.196 1.1.199 1.1.202 1.1.203 1.1.204 1.1.207 1.1.208 1.1.209 1.1.210 1.1.211 1.1.212 1.1.218 1.1.219
+    1.1.221 1.1.224 1.1.225 1.1.226 1.1.229 1.1.230 1.1.232 1.1.234 1.1.236 1.1.237 1.1.240 1.1.244 1.1.246
+    1.1.248 1.1.249 1.1.250 1.1.252 1.1.255 1.1.260 1.1.261 1.1.264 1.1.265 1.1.266 1.1.268 1.1.270 1.1.271
+    1.1.280 1.1.283 1.1.284 1.1.291 1.1.292 1.1.295 1.1.300 1.1.305 1.1.307 1.1.312 1.1.313 1.1.321 1.1.323
+    1.1.325 1.1.333 1.1.334 1.1.335 1.1.337 1.1.338 1.1.340 1.1.347 1.1.348 1.1.351 1.1.354 1.1.357 1.1.359
+    1.1.362 1.1.364 1.1.365 1.1.368 1.1.370 1.1.373 1.1.377 1.1.379 1.1.381 1.1.382 1.1.385 1.1.386 1.1.396
+    1.1.400 1.1.405 1.1.406 1.1.415 1.1.416 1.1.417 1.1.423 1.1.434 1.1.435 1.1.439 1.1.441 1.1.442 1.1.443
+    1.1.444 1.1.447 1.1.448 1.1.451 1.1.455 1.1.458 1.1.464 1.1.465 1.1.469 1.1.478 1.1.486 1.1.488 1.1.489
+    1.1.493 1.1.495 1.1.496 1.1.500 1.1.501 1.1.502 1.1.504 1.1.505 1.1.512 1.1.513 1.1.526 1.1.540 1.1.541
+    1.1.542 1.1.543 1.1.544 1.1.545 1.1.546 1.1.547 1.1.548 1.1.549 1.1.550 1.1.551 1.1.552 1.1.553 1.1.554
+    1.1.555 1.1.556 1.1.557 1.1.558 1.1.559 1.1.560 1.1.561 1.1.562 1.1.563 1.1.564 1.1.565 1.1.566 1.1.567
+    1.1.568 1.1.569 1.1.570 1.1.571 1.1.572 1.1.573 1.1.574 1.1.575 1.1.576 1.1.577 1.1.578 1.1.579 1.1.580
+    1.1.581 1.1.582 1.1.583 1.1.584 1.1.585 1.1.586 1.1.587 1.1.588 1.1.589 1.1.590 1.1.591 1.1.592 1.1.593
+    1.1.594 1.1.595 1.1.596 1.1.597 1.1.598 1.1.599 1.1.600 1.1.601 1.1.603 1.1.607 1.1.610 1.1.611 1.1.614
+    1.1.618 1.1.630 1.1.633 1.1.634 1.1.636 1.1.637 1.1.640 1.1.642 1.1.643 1.1.649 1.1.650 1.1.651 1.1.652
+    1.1.656 1.1.660 1.1.661 1.1.662 1.1.664 1.1.666 1.1.667 1.1.668 1.1.669 1.1.671 2.0.0-alpha.686 2.1.1 2.1.8
+    2.1.12 2.1.17 2.1.25 2.1.27 2.1.37 2.1.51 2.1.58 2.1.60 2.1.75 2.1.88 2.1.100 2.1.108 2.1.124 2.1.125
+    2.1.136 2.1.137 2.1.144 2.1.153 2.1.155 2.1.158 2.1.161 2.1.163 2.1.167 2.1.171 2.1.172 2.1.173 2.1.174
+    2.1.175 2.1.176 2.1.177 2.1.178 2.1.180 2.1.181 2.1.182 2.1.184 2.1.185 2.1.186 2.1.188 2.1.189 2.1.190
+    2.1.191 2.1.192 2.1.193 2.1.195 2.1.196 2.1.197 2.1.198
 """
 USER_AGENTS_VERSIONS = tuple(_USER_AGENTS_RELEASES.split())
+# top-user-agents: each release lists the most frequent user agents of microlink.io's traffic when it was cut
+# (src/desktop.json and src/mobile.json since 2.1; one index.json, without the device, before).
+_TOP_USER_AGENTS_RELEASES = """
+    1.0.11 1.0.16 1.0.19 1.0.21 1.0.24 1.0.26 1.0.29 1.0.33 1.0.37 1.0.43 1.0.45 1.0.46 1.0.47 1.0.49 1.0.50
+    1.0.52 1.0.57 1.0.64 1.0.65 1.0.66 2.1.0 2.1.3 2.1.9 2.1.21 2.1.22 2.1.23 2.1.24 2.1.28 2.1.29 2.1.30 2.1.31
+    2.1.33 2.1.36 2.1.37 2.1.39 2.1.40 2.1.42 2.1.43 2.1.44 2.1.45 2.1.46 2.1.49 2.1.56 2.1.57 2.1.59 2.1.60
+    2.1.61 2.1.62 2.1.64 2.1.66 2.1.68 2.1.69 2.1.70 2.1.72 2.1.73 2.1.75 2.1.77 2.1.78 2.1.79 2.1.80 2.1.81
+    2.1.82 2.1.83 2.1.84 2.1.85 2.1.86 2.1.87 2.1.90 2.1.91 2.1.92 2.1.93 2.1.94 2.1.99 2.1.103 2.1.104 2.1.105
+    2.1.108 2.1.109 2.1.110 2.1.111 2.1.115 2.1.130 2.1.131 2.1.132 2.1.133 2.1.134 2.1.135 2.1.136 2.1.137
+    2.1.138
+"""
+TOP_USER_AGENTS_VERSIONS = tuple(_TOP_USER_AGENTS_RELEASES.split())
 
 
 @dataclass(frozen=True)
@@ -114,10 +194,28 @@ SOURCES = {
         "top-user-agents",
         "npm",
         "top-user-agents",
-        "2.1.138",
+        ",".join(TOP_USER_AGENTS_VERSIONS),
         "MIT",
         True,
-        "src/desktop.json, src/mobile.json: the top user agents of microlink.io's traffic (people)",
+        "src/desktop.json, src/mobile.json (index.json before 2.1): the top user agents of microlink.io's traffic",
+    ),
+    "ua-parser-js": Source(
+        "ua-parser-js",
+        "npm",
+        "ua-parser-js",
+        "1.0.2",
+        "MIT",
+        True,
+        "test/*-test.json: its test cases, with the device type expected (people; the last MIT release with tests)",
+    ),
+    "ua-parser-node": Source(
+        "ua-parser-node",
+        "npm",
+        "ua-parser",
+        "0.3.5",
+        "Apache-2.0 / MIT",
+        True,
+        "tests/uas.js: a popularity-weighted sample of 2011's user agents, its benchmark (people)",
     ),
     "uap-core": Source(
         "uap-core",
@@ -159,10 +257,12 @@ SOURCES = {
 }
 
 MAX_CHARS = 1000
-# Updaters and system services fetch on the machine's schedule, not a person's (Matomo calls some "mobile apps").
+# Updaters and system services fetch on the machine's schedule, not a person's (Matomo calls some "mobile apps"),
+# as do phones' SyncML sync and device-management clients ("Nokia SyncML HTTP Client", "LGE SyncML DM Client/3.0")
+# and their HTTP services ("HTC HTTP Service").
 SYSTEM_SERVICE = re.compile(
-    r"update[- ]?agent|updater|\bwin upd\b|edge update|winsparkle|cryptoapi|delivery-optimization|"
-    r"sophosupdate|sophosagent|avginet",
+    r"syncml|\bhttp service\b|update[- ]?agent|updater|\bwin upd\b|edge update|winsparkle|cryptoapi|"
+    r"delivery-optimization|sophosupdate|sophosagent|avginet",
     re.I,
 )
 # Headless browsers and page renderers drive a browser engine for a program, not a person.
@@ -491,6 +591,13 @@ UAP_PROGRAM_FAMILY = re.compile(
 )
 
 
+# The podcasting lists (uap-core's podcasting_user_agent_strings, Matomo's podcasting fixtures) hold the clients
+# that fetched a podcast's feed or episodes. Those without a browser in them are podcast catchers and media
+# players polling feeds and downloading episodes on their own schedule, as feed readers do (left out too):
+# programs at the moment they fetch, whoever installed them.
+PODCAST_CATCHER = "podcasting list, no browser: a podcast catcher polling feeds on its own, as feed readers do"
+
+UNTYPED_PROGRAM = "{name}: a program of unknown type (no browser, no device)"
 UAP_PROGRAMS_UNTYPED = ("test_ua", "test_os", "additional_os_tests", "pgts_browser_list")
 
 
@@ -537,12 +644,12 @@ def add_uap(corpus: Corpus, folder: Path, parser: UapParser, families: ProjectFa
             else:
                 device_kind = grammar_kind(text)
             kind = refine_kind(text, device_kind)
-            if kind == "app" and name in UAP_PROGRAMS_UNTYPED:
+            if kind == "app" and name == "podcasting_user_agent_strings":
+                corpus.exclude(text, PODCAST_CATCHER, source, shipped)
+            elif kind == "app" and name in UAP_PROGRAMS_UNTYPED:
                 # test_ua and test_os hold libraries, servers and updaters beside apps, with no type to tell them
                 # apart; only a device (test_device) or a podcast list vouches for a program being a person's.
-                corpus.exclude(
-                    text, f"uap-core {name}: a program of unknown type (no browser, no device)", source, shipped
-                )
+                corpus.exclude(text, UNTYPED_PROGRAM.format(name=f"uap-core {name}"), source, shipped)
             else:
                 corpus.person(text, kind, source, shipped)
 
@@ -617,8 +724,16 @@ def forged_chrome(ua: str) -> bool:
 # user-agents samples navigator.userAgent in visitors' browsers, which always reads "Mozilla/5.0 (…"
 # (or Opera Presto's "Opera/9.80 (…"); anything else was set by a script ("(useragent.random)").
 NAVIGATOR_SHAPE = re.compile(r"(?:Mozilla/5\.0|Opera/9\.80) \(")
-# "(KHTML, like Gecko; compatible; BuiltWith/1.0; +http://…)": a tool in a browser's clothes.
-SELF_DECLARED = re.compile(r"like Gecko; compatible|; \+https?://|\(\+https?://", re.I)
+# "(KHTML, like Gecko; compatible; BuiltWith/1.0; +http://…)": a tool in a browser's clothes. So is a bot's own
+# name and version or a contact address after a browser's ("… Safari/604.1 MicroAdBot/1.1 (https://…/contact/)",
+# "… Site-Shot/2.1 (http://www.site-shot.com/) …", "(compatible;Impact Radius Compliance Bot) …"): no browser's
+# navigator.userAgent carries one unless a script set it; nor is "Mozilla/5.0 (compatible; AGU/0.8.4)" one: a browser
+# names its platform.
+SELF_DECLARED = re.compile(
+    r"like Gecko; compatible|; \+https?://|\(\+?https?://|[a-z]bot/\d|\(compatible;[^)]*\bbot\b|"
+    r"^Mozilla/5\.0 \(compatible; [^;()]*\)$",
+    re.I,
+)
 
 
 def add_user_agents(corpus: Corpus, cache: Path) -> None:
@@ -652,13 +767,63 @@ def add_user_agents(corpus: Corpus, cache: Path) -> None:
 
 
 def add_top_user_agents(corpus: Corpus, cache: Path) -> None:
-    tgz = npm_pack("top-user-agents", SOURCES["top-user-agents"].version, cache)
-    for name, raw in tar_members(tgz, r"/src/(?:desktop|mobile)\.json$"):
-        device_kind = "desktop" if name.endswith("desktop.json") else "mobile"
-        for ua in json.loads(raw):
-            text = clean(ua)
-            if text is not None:
-                corpus.person(text, refine_kind(text, device_kind), f"top-user-agents:{device_kind}", True)
+    for version in TOP_USER_AGENTS_VERSIONS:
+        tgz = npm_pack("top-user-agents", version, cache)
+        members = list(tar_members(tgz, r"/src/(?:desktop|mobile)\.json$"))
+        if not members:
+            members = list(tar_members(tgz, r"^package/index\.json$"))
+        for name, raw in members:
+            device_kind = {"desktop.json": "desktop", "mobile.json": "mobile"}.get(Path(name).name, "")
+            for ua in json.loads(raw):
+                text = clean(ua)
+                if text is None:
+                    continue
+                source = f"top-user-agents:{device_kind}" if device_kind else "top-user-agents"
+                kind = refine_kind(text, device_kind or grammar_kind(text))
+                if kind == "app":
+                    # microlink.io serves an API: its traffic holds runtimes and scripts beside browsers and apps.
+                    corpus.exclude(text, UNTYPED_PROGRAM.format(name="top-user-agents"), source, True)
+                else:
+                    corpus.person(text, kind, source, True)
+
+
+UA_PARSER_JS_KIND = {"mobile": "mobile", "tablet": "tablet", "smarttv": "tv-console", "console": "tv-console"}
+
+
+def add_ua_parser_js(corpus: Corpus, cache: Path) -> None:
+    """ua-parser-js's test cases; a case whose expected browser is a bot or a library is not a person."""
+    tgz = npm_pack("ua-parser-js", SOURCES["ua-parser-js"].version, cache)
+    for name, raw in tar_members(tgz, r"^package/test/[a-z]+-test\.json$"):
+        stem = Path(name).stem
+        for case in json.loads(raw):
+            text = clean(case.get("ua"))
+            if text is None:
+                continue
+            source = f"ua-parser-js:{stem}"
+            expect = case.get("expect") or {}
+            family = str(expect.get("name") or "") if stem == "browser-test" else ""
+            if stem == "mediaplayer-test":
+                corpus.exclude(text, "ua-parser-js mediaplayer test: a media framework fetching streams", source, True)
+            elif UAP_BOT_FAMILY.search(family) or UAP_PROGRAM_FAMILY.match(family):
+                corpus.exclude(text, f"ua-parser-js expects {family!r}: a bot or a library", source, True)
+            else:
+                device_kind = UA_PARSER_JS_KIND.get(str(expect.get("type"))) if stem == "device-test" else None
+                corpus.person(text, refine_kind(text, device_kind or grammar_kind(text)), source, True)
+
+
+def add_ua_parser_node(corpus: Corpus, cache: Path) -> None:
+    tgz = npm_pack("ua-parser", SOURCES["ua-parser-node"].version, cache)
+    ((_, raw),) = tar_members(tgz, r"^package/tests/uas\.js$")
+    body = raw.decode("utf-8").split("exports.uas=[", 1)[1].rsplit("]", 1)[0].rstrip().rstrip(",")
+    for ua in json.loads("[" + body + "]"):
+        text = clean(ua)
+        if text is None:
+            continue
+        kind = refine_kind(text, grammar_kind(text))
+        if kind == "app":
+            corpus.exclude(text, UNTYPED_PROGRAM.format(name="ua-parser uas.js"), "ua-parser:uas.js", True)
+        else:
+            corpus.person(text, kind, "ua-parser:uas.js", True)
 
 
 def crawler_user_agents(cache: Path) -> list[dict]:
@@ -735,7 +900,11 @@ def add_matomo(corpus: Corpus, cache: Path) -> None:
                 continue
             device_kind = MATOMO_DEVICE_KIND.get(device_type) or grammar_kind(text)
             app = client_type in ("mobile app", "mediaplayer", "pim", "messaging")
-            corpus.person(text, refine_kind(text, device_kind, app_by_source=app), f"matomo:{stem}", False)
+            kind = refine_kind(text, device_kind, app_by_source=app)
+            if kind == "app" and stem == "podcasting":
+                corpus.exclude(text, PODCAST_CATCHER, f"matomo:{stem}", False)
+                continue
+            corpus.person(text, kind, f"matomo:{stem}", False)
 
 
 # --- resolving and writing -------------------------------------------------------------------------
@@ -878,14 +1047,15 @@ def header(title: str, columns: str, shipped: bool, lgpl_used: bool, note: str =
             )
             continue
         version = source.version
-        if source.key == "user-agents":
-            version = f"{len(USER_AGENTS_VERSIONS)} releases: {version}"
+        if source.key in ("user-agents", "top-user-agents"):
+            version = f"{len(version.split(','))} releases: {version}"
         lines.append(f"#   {source.package} {version}, {source.licence}, {source.registry}: {source.what}")
     if shipped:
         lines.append(
             "# Licences: BSD-2-Clause (user-agents, Copyright Intoli, LLC), MIT (top-user-agents, Copyright "
-            "Kiko Beats; crawler-user-agents, Copyright Martin Monperrus), Apache-2.0 (uap-core, Copyright "
-            "Google Inc.): redistributed under their terms."
+            "Kiko Beats; crawler-user-agents, Copyright Martin Monperrus; ua-parser-js, Copyright Faisal Salman), "
+            "Apache-2.0 (uap-core, Copyright Google Inc.; ua-parser's JS port, Copyright Tobie Langel, MIT or "
+            "Apache-2.0): redistributed under their terms."
         )
     else:
         lines.append("# LGPL-3.0 data: keep it in the cache folder, never in the repository.")
@@ -920,6 +1090,9 @@ def main(argv: list[str] | None = None) -> int:
     add_user_agents(corpus, cache)
     print("top-user-agents ...", file=sys.stderr)
     add_top_user_agents(corpus, cache)
+    print("ua-parser-js, ua-parser ...", file=sys.stderr)
+    add_ua_parser_js(corpus, cache)
+    add_ua_parser_node(corpus, cache)
     print("crawler-user-agents ...", file=sys.stderr)
     cua = crawler_user_agents(cache)
     add_crawler_user_agents(corpus, cua)

@@ -231,6 +231,11 @@ PEOPLE_TABLE = [
         id="android-phone-model-named-spider",
     ),
     pytest.param(
+        "Mozilla/5.0 (Linux; Android 13; Spider 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 "
+        "Safari/537.36",
+        id="android-tablet-model-named-spider-without-a-build",
+    ),
+    pytest.param(
         "Mozilla/5.0 (iPhone; CPU iPhone OS 16_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
         "Mobile/15E148 Instagram 262.0.0.24.327 (iPhone13,2; iOS 16_1; en_US@calendar=gregorian; en; scale=3.00; "
         "1170x2532; 433011834)",
@@ -265,6 +270,61 @@ PEOPLE_TABLE = [
         "Mozilla/5.0 (Linux; Android 11; moto g(30) Build/RRCS31.Q1-16-50-2-Test; wv) AppleWebKit/537.36 (KHTML, like "
         "Gecko) Version/4.0 Chrome/112.0.5615.135 Mobile Safari/537.36",
         id="android-test-firmware-build-id",
+    ),
+    # Apps naming themselves in Name/version form after or before the browser part (issue 27's kinds).
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 12; SM-A525F) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/116.0.0.0 Mobile "
+        "Safari/537.36 CamScanner/6.50.0",
+        id="document-scanner-app-after-the-browser-part",
+    ),
+    pytest.param(
+        "DocScanner/2.1 Mozilla/5.0 (Linux; Android 11; M2101K6G) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/99.0.4844.73 Mobile Safari/537.36",
+        id="document-scanner-app-before-the-browser-part",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 10; SM-G973F Build/QP1A.190711.020) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/87.0.4280.141 Mobile Safari/537.36 SogouSearchClient/1.0",
+        id="search-company-client-app-after-the-browser-part",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; U; Android 4.0.4; en-us; HTC One X Build/IMM76D) AppleWebKit/534.30 (KHTML, like Gecko) "
+        "Version/4.0 Mobile Safari/534.30 airGClient/2.1.7",
+        id="generic-gclient-app-after-the-browser-part",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; U; Android 4.1.2; zh-cn; HUAWEI G525-U00 Build/yunfeng) AppleWebKit/534.30 (KHTML, like "
+        "Gecko) Version/4.0 Mobile Safari/534.30; NineGameClient/android ve/1.2.3 si/7218b091-6ad5-4a87-8361-"
+        "a51408d6c561 ch/WM_1179 ss/540x960",
+        id="game-centre-client-app-after-the-browser-part",
+    ),
+    # Puffin renders pages on its own servers for the person's phone, tablet or Fire TV.
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 5.1.1; KFDOWI Build/LVY48F; en-us) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/79.0.3945.136 Safari/537.36 Puffin/9.0.0.50263AT",
+        id="puffin-cloud-browser-tablet",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (iPhone; U; CPU iPhone OS 7_0_6 like Mac OS X; de-DE) AppleWebKit/534.35 (KHTML, like Gecko)  "
+        "Chrome/11.0.696.65 Safari/534.35 Puffin/3.11558IP Mobile",
+        id="puffin-cloud-browser-iphone",
+    ),
+    # Internet Explorer's registry tokens after its platform, and a proxy's note of its hop.
+    pytest.param(
+        "Mozilla/4.0 (compatible; MSIE 6.0; Windows NT 5.1; SV1; http://www.tropicdesigns.net)",
+        id="ie-registry-token-with-an-address",
+    ),
+    pytest.param(
+        "Mozilla/4.0 (compatible; MSIE 6.0; Windows NT 5.1; Westerville Public Library; SV1)",
+        id="ie-registry-token-of-a-library",
+    ),
+    pytest.param(
+        "Opera 7.60 (Windows NT 4.0; U) [en] via HTTP/1.0 l33t0-HaX0r.hiddenip.com/", id="proxy-via-note-after-opera"
+    ),
+    pytest.param(
+        "Groupon/2.8.3084 (Android 4.3; LGE Mako / Google Nexus 4; )[preload=false;locale=de_DE;clientidbase=android-"
+        "google]",
+        id="android-app-google-client-id-field",
     ),
     pytest.param("(samsung/jflte/GT-I9505)API 17. Language Deutsch", id="android-app-naming-its-phone"),
     pytest.param("MOZILLA40 (COMPATIBLE MSIE 60 WINDOWS CE IEMOBILE 612) SAMSUNG-SGH-I780", id="old-iemobile-phone"),
@@ -389,6 +449,20 @@ TOOLS_TABLE = [
         id="devin",
     ),
     pytest.param("okhttp/4.12.0", "HTTP libraries", id="okhttp-alone"),
+    # Crawlers naming themselves in Internet Explorer's comment, where the person's registry tokens are ignored.
+    pytest.param(
+        "Mozilla/5.0 (compatible; MSIE 9.0; Windows NT 6.1; Trident/5.0;  WOW64;  Trident/5.0;  BingPreview/1.0b)",
+        "Bingbot",
+        id="ie-comment-bing-preview",
+    ),
+    pytest.param(
+        "Mozilla/4.0 (compatible; MSIE 6.0; Windows NT 5.0; baidu Transcoder;)", "Baiduspider", id="ie-comment-baidu"
+    ),
+    pytest.param(
+        "Mozilla/4.0 (compatible; MSIE 6.0; Windows NT 5.1; SV1; .NET CLR 1.1.4322; LYCOSA;+http://lycosa.se)",
+        "unknown",
+        id="ie-comment-plus-http-contact",
+    ),
 ]
 
 

@@ -24,6 +24,10 @@ BROWSER_GRAMMAR = re.compile(
     r"(?: Edg(?:A|iOS)?/[\d.]+| OPR/[\d.]+| SamsungBrowser/[\d.]+)?"
     r"|Gecko/\d+ Firefox/[\d.]+)"
 )
+# Issue 27's goals for the shipped corpus: six figures of distinct people, and at most one in 25,000 of them taken for
+# a crawler. Neither holds yet (see the xfail reasons); the tests turn red when one does, so its mark is taken off.
+LEAST_PEOPLE = 100_000
+MOST_PEOPLE_TAKEN_FOR_CRAWLERS = 1 / 25_000
 # Recall on each crawler set of the shipped corpus today (568/568, 135/136, 2,382/2,401), not to be lowered
 # (issue 27 asks search engines 99.5 % and AI crawlers 98 % at least).
 LEAST_RECALL = {"search-engine": 1.0, "ai-crawler": 135 / 136, "other": 2382 / 2401}
@@ -45,6 +49,18 @@ def test_people_taken_for_crawlers_are_only_the_known_ones(classifier: Classifie
         f"{len(left)} people no longer taken for crawlers: rewrite {KNOWN.name} "
         "(scripts/measure_classifier.py --no-lgpl --write-known tests/data/user_agents/known-false-positives.tsv)"
     )
+
+
+@pytest.mark.xfail(reason="issue 27: the public sources give 83,892 distinct people so far", strict=True)
+def test_the_corpus_holds_six_figures_of_people() -> None:
+    assert len(read_corpus("corpus-people.tsv.gz")) >= LEAST_PEOPLE
+
+
+@pytest.mark.xfail(reason="issue 27: 27 of 83,892 people (1 in 3,107) taken for crawlers", strict=True)
+def test_at_most_one_person_in_25000_is_taken_for_a_crawler(classifier: Classifier) -> None:
+    people = [ua for _, ua in read_corpus("corpus-people.tsv.gz")]
+    flagged = sum(classifier.classify(ua).is_crawler for ua in people)
+    assert flagged <= len(people) * MOST_PEOPLE_TAKEN_FOR_CRAWLERS, f"{flagged} of {len(people):,}"
 
 
 def test_no_current_browser_is_taken_for_a_crawler(classifier: Classifier) -> None:
@@ -71,4 +87,4 @@ def test_the_readme_table_is_written_by_the_measuring_script(tmp_path: Path) -> 
     subprocess.run(argv, check=True, capture_output=True, timeout=300)
     text = readme.read_text()
     assert text.startswith("before\n<!-- measure_classifier:begin -->\n| | n | ours | paper |") and "old" not in text
-    assert "| people taken for crawlers: all | 41,337 |" in text and text.endswith("end -->\nafter\n")
+    assert "| people taken for crawlers: all | 83,892 |" in text and text.endswith("end -->\nafter\n")
