@@ -8,6 +8,7 @@ import datetime
 import gzip
 import ipaddress
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -281,6 +282,16 @@ def test_signed_agent_failures_are_unverified_claims_each_with_its_reason(direct
     many = sign(key, url, origin)
     many["Signature-Input"] += "".join(f', s{n}=("@authority");created=1;keyid="k"' for n in range(5))
     assert _check(agents, many).reason == "malformed"  # more signatures than an agent sends: not parsed further
+    labels = {**sign(key, url, origin)}
+    labels["Signature"] += "".join(f", s{n}=:AA==:" for n in range(5))
+    components = {**sign(key, url, origin)}
+    components["Signature-Input"] = components["Signature-Input"].replace("(", "(" + '"a" ' * 40, 1)
+    assert _check(agents, labels).reason == _check(agents, components).reason == "malformed"
+    backwards = sign(key, url, origin, created=time.time(), lifetime_s=-30)
+    assert _check(agents, backwards).reason == "malformed"  # expires before it was created
+    # A request target that is no path (an h11 server passes "@evil.example/x" on): the URL checked is the
+    # public authority's, so the library never reads another authority out of it.
+    assert _check(agents, sign(key, "https://evil.example/x", origin), path=b"@evil.example/x").reason == "malformed"
     unsigned = {"Signature-Input": 'sig1=("@authority");created=1;keyid="k";tag="other"', "Signature": "sig1=:AA==:"}
     assert agents.check("GET", b"/t/1", raw(unsigned, "forum.example"), host="forum.example", scheme="https",
                         client=None, public_host="forum.example") is None  # fmt: skip
@@ -325,9 +336,8 @@ def test_key_directory_fetches_are_bounded_and_a_failure_keeps_the_keys_it_had(
 ) -> None:
     served, origin = directory
     directories = KeyDirectories(timeout_s=0.5, max_bytes=65536, min_s=1, max_s=2, ca_file=served.ca_file)
-    client = httpx.Client(timeout=0.5, verify=directories.tls)
     served.cache_control = "max-age=99999"
-    directories.fetch(origin, client)  # what the thread does, here in the test's own
+    directories.fetch(origin)  # what the thread does, here in the test's own
     keys = directories.keys(origin)
     assert keys is not None and list(keys) == [served.keys[0].keyid]
     assert directories.status()["directories"][origin]["fresh_s"] <= 2  # type: ignore[index]
@@ -343,12 +353,53 @@ def test_key_directory_fetches_are_bounded_and_a_failure_keeps_the_keys_it_had(
             setattr(served, name, value)
         failures = directories.failures
         started = time.monotonic()
-        directories.fetch(origin, client)
+        directories.fetch(origin)
         assert directories.failures == failures + 1 and time.monotonic() - started < 2, broken
         assert directories._directories[origin].keys == keys  # the keys it had, until the directory answers again
         served.padding, served.status, served.delay_s, served.broken = 0, 200, 0.0, ""
-    client.close()
     directories.close()
+
+
+def _dripping_server(lines: list[bytes]) -> tuple[socket.socket, threading.Event]:
+    """A loopback server that answers every connection by sending ``lines`` a byte (or a line) every 0.05 s, for
+    five seconds at most: what no client timeout per read catches."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with connection:
+                connection.recv(65536)
+                deadline = time.monotonic() + 5
+                for piece in lines:
+                    if done.is_set() or time.monotonic() > deadline:
+                        break
+                    try:
+                        connection.sendall(piece)
+                    except OSError:
+                        break
+                    time.sleep(0.05)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, done
+
+
+def test_key_directory_fetch_has_one_deadline_for_head_and_informational_answers() -> None:
+    head = [bytes([byte]) for byte in b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n"]
+    informational = [b"HTTP/1.1 102 Processing\r\n\r\n"] * 100
+    for lines in (head, informational):
+        listener, done = _dripping_server(lines)
+        origin = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        directories = KeyDirectories(timeout_s=0.5, max_bytes=4096, min_s=1, max_s=2)
+        started = time.monotonic()
+        directories.fetch(origin)
+        assert directories.failures == 1 and time.monotonic() - started < 2  # the deadline, not the 5 s drip
+        done.set()
+        listener.close()
 
 
 def test_operators_file_refuses_origins_a_client_could_abuse(tmp_path: Path) -> None:
@@ -461,10 +512,11 @@ def test_signatures_are_not_believed_without_the_sites_public_url(
 
 def test_operator_named_like_a_crawler_family_is_refused(tmp_path: Path) -> None:
     agents_file = tmp_path / "agents.toml"
-    agents_file.write_text('[[operator]]\nname = "Googlebot"\norigin = "https://agent.example"\n')
     overrides = {"l2.cache_dir": str(tmp_path), "verify.agents_file": str(agents_file)}
-    with pytest.raises(ConfigError, match="Googlebot: already a crawler family"):
-        build_core(load_settings(environ={}, overrides=overrides))
+    for name in ("Googlebot", "hidden", "unknown"):  # a crawler family, the suspects', the unnamed crawlers'
+        agents_file.write_text(f'[[operator]]\nname = "{name}"\norigin = "https://agent.example"\n')
+        with pytest.raises(ConfigError, match=f"{name}: already a crawler family"):
+            build_core(load_settings(environ={}, overrides=overrides))
 
 
 @pytest.mark.e2e

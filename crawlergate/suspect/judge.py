@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crawlergate.classify import HUMAN, Verdict
+from crawlergate.classify import HUMAN, UNKNOWN_FAMILY, Verdict
 from crawlergate.config import Settings
 from crawlergate.errors import ConfigError
 from crawlergate.metrics import SIGNED_AGENT, Metrics
@@ -118,8 +118,11 @@ class Judge:
             trust_s = verify.signature_trust_seconds
             signed = SignedAgents(operators, directories, skew_s=verify.signature_skew_seconds, trust_s=trust_s)
         families = frozenset(families)
-        if signed is not None and families & signed.operators.names:
-            clash = ", ".join(sorted(families & signed.operators.names))
+        # An operator's name is its agents' family: one a crawler family or the suspects' own already has would
+        # hand that family's policy entry to whoever signs (or fails to sign) as the operator.
+        taken = families | {SUSPECT_BY_EVIDENCE.family, UNKNOWN_FAMILY}
+        if signed is not None and taken & signed.operators.names:
+            clash = ", ".join(sorted(taken & signed.operators.names))
             raise ConfigError(f"{verify.agents_file or 'agents.toml'}: {clash}: already a crawler family's name.")
         named = families | signed.operators.names if signed is not None and families else families
         policy = load_policy(_in_rules(rules_dir, settings.policy.rules_file), named)

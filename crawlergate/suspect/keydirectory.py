@@ -13,6 +13,7 @@ known yet). Fetches have a timeout and a size cap, follow no redirect, and keep 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -135,38 +136,25 @@ class KeyDirectories:
         self._wake.set()
 
     def _run(self) -> None:
-        with httpx.Client(timeout=self.timeout_s, follow_redirects=False, verify=self.tls) as client:
-            while not self._stopping.is_set():
-                self._wake.wait()
-                self._wake.clear()
-                while self._queue and not self._stopping.is_set():
-                    origin = self._queue.popleft()
-                    self.fetch(origin, client)
+        while not self._stopping.is_set():
+            self._wake.wait()
+            self._wake.clear()
+            while self._queue and not self._stopping.is_set():
+                self.fetch(self._queue.popleft())
 
-    def fetch(self, origin: str, client: httpx.Client) -> None:
-        """Fetch ``origin``'s directory now (the thread's work; tests call it to wait for it)."""
+    def fetch(self, origin: str) -> None:
+        """Fetch ``origin``'s directory now, whole within the timeout (the thread's work; tests call it to wait)."""
         self.fetches += 1
         keys: dict[str, PublishedKey] | None = None
         fresh_s = RETRY_AFTER_FAILURE_S
-        # The whole fetch within twice the timeout: a directory that trickles a byte a second would hold the thread.
-        deadline = time.monotonic() + self.timeout_s
-        # Identity only, the bytes counted as they come: a small gzip could decode to a huge body.
-        headers = {"accept": "application/json", "accept-encoding": "identity"}
         try:
-            with client.stream("GET", origin + DIRECTORY_PATH, headers=headers) as answer:
-                if answer.status_code != 200:
-                    raise DirectoryError(f"status {answer.status_code}")
-                if answer.headers.get("content-encoding", "identity").lower() != "identity":
-                    raise DirectoryError("answered compressed though asked for identity")
-                body = bytearray()
-                for chunk in answer.iter_raw():
-                    body += chunk
-                    if len(body) > self.max_bytes:
-                        raise DirectoryError(f"larger than {self.max_bytes} bytes")
-                    if time.monotonic() > deadline:
-                        raise DirectoryError(f"not whole within {self.timeout_s:g} s")
-                keys = parse_directory(bytes(body))
-                fresh_s = self._freshness(answer.headers.get("cache-control", ""))
+            # One deadline for everything (connecting, TLS, a head sent a byte at a time, endless 1xx answers, a
+            # trickled body): the timeouts of a client are per read, and a directory could hold the thread for days.
+            keys, fresh_s = asyncio.run(asyncio.wait_for(self._download(origin), self.timeout_s))
+        except TimeoutError:
+            self.failures += 1
+            logger.warning("key directory of %s: not whole within %g s (its signed agents are judged without it)",
+                           origin, self.timeout_s)  # fmt: skip
         except Exception as exc:  # whatever a directory sends, the thread goes on with the others
             self.failures += 1
             logger.warning("key directory of %s: %s (its signed agents are judged without it)", origin, exc)
@@ -177,6 +165,24 @@ class KeyDirectories:
                     directory.keys = keys
                 directory.fresh_until = self._clock() + fresh_s
                 directory.asked = False
+
+    async def _download(self, origin: str) -> tuple[dict[str, PublishedKey], float]:
+        # Identity only, the bytes counted as they come: a small gzip could decode to a huge body.
+        headers = {"accept": "application/json", "accept-encoding": "identity"}
+        async with (
+            httpx.AsyncClient(timeout=self.timeout_s, follow_redirects=False, verify=self.tls) as client,
+            client.stream("GET", origin + DIRECTORY_PATH, headers=headers) as answer,
+        ):
+            if answer.status_code != 200:
+                raise DirectoryError(f"status {answer.status_code}")
+            if answer.headers.get("content-encoding", "identity").lower() != "identity":
+                raise DirectoryError("answered compressed though asked for identity")
+            body = bytearray()
+            async for chunk in answer.aiter_raw():
+                body += chunk
+                if len(body) > self.max_bytes:
+                    raise DirectoryError(f"larger than {self.max_bytes} bytes")
+            return parse_directory(bytes(body)), self._freshness(answer.headers.get("cache-control", ""))
 
     def _freshness(self, cache_control: str) -> float:
         found = _MAX_AGE.search(cache_control)

@@ -44,6 +44,7 @@ REMEMBERED = 65536
 # not parsed further (the library parses every signature of a request).
 MAX_HEADER_BYTES = 4096
 MAX_SIGNATURES = 4
+MAX_QUOTED = 32
 MAX_NONCE_CHARS = 256
 
 
@@ -128,7 +129,7 @@ class SignedAgents:
         inputs, signatures, agent = _fields(headers)
         if not inputs:
             return None
-        if len(inputs) > MAX_HEADER_BYTES or len(signatures) > MAX_HEADER_BYTES:
+        if not target.startswith(b"/") or _oversized(inputs, signatures):
             return _invalid("malformed")
         try:
             members = http_sf.parse(inputs.encode("latin-1"), tltype="dictionary")
@@ -168,7 +169,8 @@ class SignedAgents:
             return SignatureCheck("invalid", operator, "replayed")
         trusted = (origin, keyid, client or "")
         if self._trusted.get(trusted, 0.0) <= time.monotonic():
-            message = _Message(method, f"{scheme}://{host}{target.decode('latin-1')}", _Fields(headers))
+            # The URL of the public authority the Host was found equal to, never of the Host as sent.
+            message = _Message(method, f"{scheme}://{public_host}{target.decode('latin-1')}", _Fields(headers))
             resolver = _OneKey(keyid, published.key)
             verifier = HTTPMessageVerifier(signature_algorithm=algorithms.ED25519, key_resolver=resolver)
             verifier.max_clock_skew = datetime.timedelta(seconds=self.skew_s)
@@ -193,7 +195,7 @@ class SignedAgents:
         if nonce is not None and (not isinstance(nonce, str) or len(nonce) > MAX_NONCE_CHARS):
             return "malformed"
         now = self._clock()
-        if created > now + self.skew_s or expires - created > MAX_LIFETIME_S:
+        if created > now + self.skew_s or not 0 < expires - created <= MAX_LIFETIME_S:
             return "malformed"
         if expires < now - self.skew_s:
             return "expired"
@@ -203,6 +205,19 @@ class SignedAgents:
         if authority(host, scheme) != public_host:
             return "authority"
         return ""
+
+
+def _oversized(inputs: str, signatures: str) -> bool:
+    """More than an agent sends, told by counting before anything is parsed (the library parses every
+    signature, component and parameter): a header over MAX_HEADER_BYTES, more than MAX_SIGNATURES members,
+    more than MAX_QUOTED quoted strings (components, key ids, nonces)."""
+    return (
+        len(inputs) > MAX_HEADER_BYTES
+        or len(signatures) > MAX_HEADER_BYTES
+        or signatures.count(",") >= MAX_SIGNATURES
+        or inputs.count("=(") > MAX_SIGNATURES
+        or inputs.count('"') > 2 * MAX_QUOTED
+    )
 
 
 def authority(host: str, scheme: str) -> str:
