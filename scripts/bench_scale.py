@@ -88,8 +88,16 @@ http {
 def generate(folder: Path, pages: int) -> None:
     """N stored pages as the gate would have stored them, keyed ``/p/<n>``."""
     if (folder / INDEX_FILE).exists():
-        print(f"{folder}: already generated", flush=True)
-        return
+        index = L2Index(folder / INDEX_FILE)
+        index.open()
+        stored = index.totals()[0]
+        index.close()
+        if stored == pages:
+            print(f"{folder}: already generated", flush=True)
+            return
+        # An earlier run's eviction phase took pages away: hits on them would be misses.
+        print(f"{folder}: {stored:,} of {pages:,} pages left by an earlier run; generated again", flush=True)
+        shutil.rmtree(folder)
     settings = load_settings(environ={}, overrides={"server.origin": "http://127.0.0.1:9"})
     keys = KeyMaker.from_settings(settings)
     folder.mkdir(parents=True)
