@@ -550,3 +550,28 @@ def test_serve_a_directory_that_hangs_holds_no_signed_request(directory: tuple[D
     assert pending == 60 and served.fetched == 1
     p99 = {kind: sorted(times)[int(len(times) * 0.99) - 1] for kind, times in took.items()}
     assert p99["signed"] < p99["unsigned"] + 0.5, p99  # a request that waited would take the 5 s timeout
+
+
+def test_a_key_the_directory_did_not_publish_has_it_fetched_again_once_a_minute(
+    directory: tuple[Directory, str],
+) -> None:
+    """An operator rotating its keys: a signature with the new key, a minute after the directory was read, has
+    it read again (judged as unsigned meanwhile); made-up key ids cannot make the gate fetch more often."""
+    served, origin = directory
+    now = [1_000_000.0]
+    directories = KeyDirectories(timeout_s=2, max_bytes=4096, min_s=3600, max_s=3600, ca_file=served.ca_file,
+                                 clock=lambda: now[0])  # fmt: skip
+    agents = SignedAgents(Operators({origin: "Test agent"}), directories, skew_s=5, trust_s=0)
+    directories.fetch(origin)
+    url, rotated = "https://forum.example/t/1", Key()
+    served.keys.append(rotated)
+    assert _check(agents, sign(rotated, url, origin)).reason == "unknown-key"  # read a moment ago: not again
+    now[0] += 61
+    assert _check(agents, sign(rotated, url, origin)).outcome == "pending"
+    deadline = time.monotonic() + 10
+    while rotated.keyid not in (directories.keys(origin) or {}):
+        assert time.monotonic() < deadline, "the directory was not read again"
+        time.sleep(0.02)
+    assert _check(agents, sign(rotated, url, origin)).outcome == "verified"
+    assert _check(agents, sign(Key(), url, origin)).reason == "unknown-key" and served.fetched == 2
+    directories.close()

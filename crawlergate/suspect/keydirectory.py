@@ -61,6 +61,7 @@ class _Directory:
     keys: dict[str, PublishedKey] | None  # None: never fetched
     fresh_until: float
     asked: bool = False  # a fetch is queued or under way
+    fetched_at: float = 0.0  # when the last fetch ended, whatever its outcome
 
 
 class KeyDirectories:
@@ -103,6 +104,16 @@ class KeyDirectories:
             self._ask(origin)
             return directory.keys if directory is not None else None
         return directory.keys
+
+    def refetch_for_unknown_key(self, origin: str) -> bool:
+        """A signature names a key ``origin``'s directory did not publish when last fetched: the operator may have
+        rotated its keys since. The directory is asked for again (True) when that fetch ended more than
+        ``RETRY_AFTER_FAILURE_S`` ago, so made-up key ids cost the operator one fetch a minute at most."""
+        directory = self._directories.get(origin)
+        if directory is None or directory.asked or self._clock() - directory.fetched_at < RETRY_AFTER_FAILURE_S:
+            return False
+        self._ask(origin)
+        return True
 
     def status(self) -> dict[str, object]:
         now = self._clock()
@@ -163,7 +174,8 @@ class KeyDirectories:
                 directory = self._directories.setdefault(origin, _Directory(None, 0.0))
                 if keys is not None:
                     directory.keys = keys
-                directory.fresh_until = self._clock() + fresh_s
+                directory.fetched_at = self._clock()
+                directory.fresh_until = directory.fetched_at + fresh_s
                 directory.asked = False
 
     async def _download(self, origin: str) -> tuple[dict[str, PublishedKey], float]:

@@ -5,7 +5,9 @@ only origins of ``rules/agents.toml`` are believed (their key directories are fe
 ``keydirectory.py``). A signature is valid when it covers ``@authority`` and ``signature-agent``, its
 ``created``/``expires`` hold now (within the clock-skew allowance), its ``keyid`` is the thumbprint of a key
 the directory publishes, its nonce was not seen before within its lifetime, and the Ed25519 signature over
-the RFC 9421 signature base verifies (http-message-signatures builds and checks it).
+the RFC 9421 signature base verifies (http-message-signatures builds and checks it). A key the directory did
+not publish when last fetched, over a minute ago, has it fetched again (the operator may have rotated its
+keys): the request is judged as unsigned meanwhile.
 
 Outcomes: ``verified`` (the operator's agent), ``pending`` (its keys are not known yet: judged without the
 signature while they are fetched), ``invalid`` with the reason (never more trusted than without a signature).
@@ -160,6 +162,8 @@ class SignedAgents:
         keyid: str = params["keyid"]
         published = keys.get(keyid)
         now = self._clock()
+        if published is None and self.directories.refetch_for_unknown_key(origin):
+            return SignatureCheck("pending", operator)  # judged as unsigned until the directory is read again
         if published is None or not published.valid_at(now):
             return SignatureCheck("invalid", operator, "unknown-key")
         nonce = params.get("nonce")
