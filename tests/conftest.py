@@ -211,6 +211,18 @@ def proxy_thread(origin: str, tmp_path: Path, *, cache: CacheSettings | None = N
     return ServerThread(create_app(settings)).start()
 
 
+def exit_code_of(child: int, seconds: float = 20) -> int | None:
+    """A forked child's exit code; None (and the child killed) when it did not end within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while (status := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if status[0] == 0:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+        return None
+    return os.waitstatus_to_exitcode(status[1])
+
+
 def wait_until_healthy(process: subprocess.Popen[Any], url: str, *, seconds: float = 60) -> None:
     """Wait until the gate a process started answers ``healthz`` at ``url``; fails if the process ends first."""
     deadline = time.monotonic() + seconds

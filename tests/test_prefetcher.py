@@ -5,21 +5,23 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from crawlergate.gate import prefetcher
 from crawlergate.gate.prefetcher import Prefetcher
 from crawlergate.keys import CacheKey
+from tests.conftest import exit_code_of
 
 
 def _key(number: int) -> CacheKey:
     return CacheKey(f"/t/{number}", f"{number:032x}")
 
 
-def _wait_until(condition: object, seconds: float = 10) -> bool:
+def _wait_until(condition: Callable[[], bool], seconds: float = 10) -> bool:
     deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
+    while not condition() and time.monotonic() < deadline:
         time.sleep(0.01)
-    return bool(condition())  # type: ignore[operator]
+    return condition()
 
 
 def test_prefetcher_works_through_views_in_its_own_thread() -> None:
@@ -80,11 +82,5 @@ def test_prefetcher_in_a_forked_child_starts_its_own_thread() -> None:
     if child == 0:  # the parent's thread is not here: the child's views must still be worked through
         queue.offer(_key(1))
         os._exit(0 if _wait_until(lambda: done == ["/t/0", "/t/1"], seconds=5) else 1)
-    deadline = time.monotonic() + 20
-    while (status := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if status[0] == 0:
-        os.kill(child, 9)
-        os.waitpid(child, 0)
-    assert status[0] != 0 and os.waitstatus_to_exitcode(status[1]) == 0
+    assert exit_code_of(child) == 0
     queue.close()

@@ -3,6 +3,7 @@ served on a real loopback server; signatures made by http-message-signatures' ow
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
 import gzip
@@ -43,6 +44,8 @@ CHROME = (
     "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
     "Chrome/138.0.0.0 Safari/537.36"
 )
+# The site's public URL: the authority every signature of these tests is made for.
+PUBLIC = "https://forum.example"
 COVERED = ("@authority", "@method", "@path", "signature-agent")
 
 
@@ -175,7 +178,7 @@ def directory(test_ca: tuple[Path, Path, Path]) -> Iterator[tuple[Directory, str
     async def keys(request: Request) -> Response:
         served.fetched += 1
         if served.delay_s:
-            await _sleep(served.delay_s)
+            await asyncio.sleep(served.delay_s)
         if served.broken == "deep":
             return Response("[" * 60_000, media_type="application/json")
         if served.broken == "gzip":
@@ -185,7 +188,7 @@ def directory(test_ca: tuple[Path, Path, Path]) -> Iterator[tuple[Directory, str
 
             async def trickle() -> Any:
                 for _ in range(100):
-                    await _sleep(0.2)
+                    await asyncio.sleep(0.2)
                     yield b" "
 
             return StreamingResponse(trickle(), media_type="application/json")
@@ -200,15 +203,9 @@ def directory(test_ca: tuple[Path, Path, Path]) -> Iterator[tuple[Directory, str
     server.stop()
 
 
-async def _sleep(seconds: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(seconds)
-
-
 def _agents(served: Directory, origin: str, *, trust_s: float = 0.0, timeout_s: float = 2.0) -> SignedAgents:
     directories = KeyDirectories(timeout_s=timeout_s, max_bytes=4096, min_s=1, max_s=3600, ca_file=served.ca_file)
-    return SignedAgents(Operators({origin: "Test agent"}), directories, skew_s=5, trust_s=trust_s)
+    return SignedAgents(Operators({origin: "Test agent"}), directories, skew_s=5, trust_s=trust_s, public_url=PUBLIC)
 
 
 def _wait_for_keys(agents: SignedAgents, origin: str, seconds: float = 10) -> None:
@@ -221,9 +218,7 @@ def _wait_for_keys(agents: SignedAgents, origin: str, seconds: float = 10) -> No
 def _check(agents: SignedAgents, headers: dict[str, str], *, path: bytes = b"/t/1", **options: Any) -> SignatureCheck:
     host = options.pop("host", "forum.example")
     client = options.pop("client", "192.0.2.7")
-    found = agents.check(
-        "GET", path, raw(headers, host), host=host, scheme="https", client=client, public_host="forum.example"
-    )
+    found = agents.check("GET", path, raw(headers, host), client)
     assert found is not None
     return found
 
@@ -293,8 +288,7 @@ def test_signed_agent_failures_are_unverified_claims_each_with_its_reason(direct
     # public authority's, so the library never reads another authority out of it.
     assert _check(agents, sign(key, "https://evil.example/x", origin), path=b"@evil.example/x").reason == "malformed"
     unsigned = {"Signature-Input": 'sig1=("@authority");created=1;keyid="k";tag="other"', "Signature": "sig1=:AA==:"}
-    assert agents.check("GET", b"/t/1", raw(unsigned, "forum.example"), host="forum.example", scheme="https",
-                        client=None, public_host="forum.example") is None  # fmt: skip
+    assert agents.check("GET", b"/t/1", raw(unsigned, "forum.example"), None) is None
     agents.directories.close()
 
 
@@ -561,7 +555,7 @@ def test_a_key_the_directory_did_not_publish_has_it_fetched_again_once_a_minute(
     now = [1_000_000.0]
     directories = KeyDirectories(timeout_s=2, max_bytes=4096, min_s=3600, max_s=3600, ca_file=served.ca_file,
                                  clock=lambda: now[0])  # fmt: skip
-    agents = SignedAgents(Operators({origin: "Test agent"}), directories, skew_s=5, trust_s=0)
+    agents = SignedAgents(Operators({origin: "Test agent"}), directories, skew_s=5, trust_s=0, public_url=PUBLIC)
     directories.fetch(origin)
     url, rotated = "https://forum.example/t/1", Key()
     served.keys.append(rotated)

@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from crawlergate.cache import CacheHit, TwoLevelCache
 from crawlergate.classify import HUMAN, Classifier
@@ -36,7 +35,6 @@ from crawlergate.page import Page
 from crawlergate.stores.published import PublishedTree, drop_published
 from crawlergate.suspect.judge import PERSON, Judge
 from crawlergate.suspect.policy import Action
-from crawlergate.suspect.signatures import authority
 
 logger = logging.getLogger(__name__)
 
@@ -110,12 +108,6 @@ class GateCore:
         # mounted without public_url, where each fill takes the address its request arrived at.
         public_url = settings.server.public_url or settings.server.origin
         self.public = PublicSite.from_url(public_url) if public_url else None
-        # The site's public scheme and authority, which a signed agent's signature must name; without a public URL
-        # there is nothing to hold a signature against (one made for another site would verify), so none is believed.
-        public = urlsplit(settings.server.public_url)
-        self._public_scheme = public.scheme or "http"
-        self._public_authority = authority(public.netloc, self._public_scheme) if public.netloc else ""
-        self._unanchored_warned = False
         self._admin_prefix = settings.admin.prefix
         self._max_target_chars = settings.cache.max_target_chars
         self._started = False
@@ -184,12 +176,9 @@ class GateCore:
         judge = self.judge
         client = None
         signed = None
-        if request.signed and self._signatures_anchored():  # a valid signature outweighs the user agent
+        if request.signed:  # a valid signature outweighs the user agent; an invalid one makes a suspect
             client = self.trusted.client(peer, headers)
-            target = raw_path + b"?" + query if query else raw_path
-            host = request.host.decode("latin-1")
-            scheme = self._public_scheme
-            signed = judge.signed_agent(method, target, headers, host, scheme, client, self._public_authority)
+            signed = judge.signed_agent(method, raw_path + b"?" + query if query else raw_path, headers, client)
         if signed is not None:
             judgement = signed
         elif verdict.is_crawler:
@@ -222,18 +211,6 @@ class GateCore:
         # The address of a suspect whose misses are budgeted (FillBudget).
         client = client if verdict.kind == "suspect" and verdict.tag in self._budgeted_tags else None
         return Decision(Route.CACHE, verdict, key, request, judgement.reasons, action is Action.CACHE_ONLY, client)
-
-    def _signatures_anchored(self) -> bool:
-        """Whether signed agents can be believed: the site's public URL is known (said once when it is not)."""
-        if self._public_authority or self.judge.signed is None:
-            return bool(self._public_authority)
-        if not self._unanchored_warned:
-            self._unanchored_warned = True
-            logger.warning(
-                "a request carries a Web Bot Auth signature, but server.public_url is not set: signatures are not "
-                "checked (one made for another site would verify here), the request is judged as if unsigned"
-            )
-        return False
 
     def is_admin_path(self, path: str) -> bool:
         return path == self._admin_prefix or path.startswith(self._admin_prefix + "/")

@@ -65,7 +65,6 @@ class RequestHeaders:
         "if_modified_since",
         "range",
         "if_range",
-        "host",
         "signed",
     )
 
@@ -78,7 +77,6 @@ class RequestHeaders:
         self.if_modified_since = b""
         self.range = b""
         self.if_range = b""
-        self.host = b""
         # A Signature-Input header: the request may be a signed agent's (Web Bot Auth).
         self.signed = False
         for name, value in headers:
@@ -98,8 +96,6 @@ class RequestHeaders:
                 self.range = value
             elif name == b"if-range":
                 self.if_range = value
-            elif name == b"host":
-                self.host = value
             elif name == b"signature-input":
                 self.signed = True
 

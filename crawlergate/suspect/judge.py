@@ -10,7 +10,7 @@ address's and network's recent behaviour (``sketch.py``); at the threshold it is
 (family ``hidden``). The policy table then gives the action.
 
     judge = Judge.from_settings(settings, metrics, families)
-    judgement = judge.signed_agent("GET", b"/t/1", headers, host, "https", client, "forum.example")  # None: unsigned
+    judgement = judge.signed_agent("GET", b"/t/1", headers, client)  # None: no signature to go by
     judgement = judge.claimant(verdict, client)           # a crawler by its user agent
     judgement = judge.visitor(user_agent, headers, client, scheme="https", proxied=False, deep=True)
 """
@@ -116,7 +116,8 @@ class Judge:
                 ca_file=verify.directory_ca_file,
             )
             trust_s = verify.signature_trust_seconds
-            signed = SignedAgents(operators, directories, skew_s=verify.signature_skew_seconds, trust_s=trust_s)
+            skew_s, public_url = verify.signature_skew_seconds, settings.server.public_url
+            signed = SignedAgents(operators, directories, skew_s=skew_s, trust_s=trust_s, public_url=public_url)
         families = frozenset(families)
         # An operator's name is its agents' family: one a crawler family or the suspects' own already has would
         # hand that family's policy entry to whoever signs (or fails to sign) as the operator.
@@ -163,14 +164,7 @@ class Judge:
         return ranges is not None and ranges.verifiable(verdict.family, by_dns=self.dns is not None)
 
     def signed_agent(
-        self,
-        method: str,
-        target: bytes,
-        headers: Sequence[tuple[bytes, bytes]],
-        host: str,
-        scheme: str,
-        client: str | None,
-        public_host: str,
+        self, method: str, target: bytes, headers: Sequence[tuple[bytes, bytes]], client: str | None
     ) -> Judgement | None:
         """A request with a ``web-bot-auth`` signature: its operator's verified agent, or an unverified claimant
         when the signature fails; None when there is none, or its operator's keys are not known yet (judged
@@ -178,7 +172,7 @@ class Judge:
         signed = self.signed
         if signed is None:
             return None
-        check = signed.check(method, target, headers, host=host, scheme=scheme, client=client, public_host=public_host)
+        check = signed.check(method, target, headers, client)
         if check is None:
             return None
         if check.outcome == "pending":

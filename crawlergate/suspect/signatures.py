@@ -16,18 +16,19 @@ without checking the signature's bytes: whoever shares the address then counts a
 signature naming its key. Nonces are remembered per process.
 
     signed = SignedAgents(operators, directories, skew_s=60, trust_s=30)
-    check = signed.check("GET", b"/t/1", headers, host="forum.example", scheme="https", client="192.0.2.7",
-                         public_host="forum.example")
+    check = signed.check("GET", b"/t/1", headers, client="192.0.2.7")
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import http_sf
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -36,6 +37,8 @@ from http_message_signatures.exceptions import HTTPMessageSignaturesException
 
 from crawlergate.suspect.agents import Operators, origin_of
 from crawlergate.suspect.keydirectory import KeyDirectories
+
+logger = logging.getLogger(__name__)
 
 TAG = "web-bot-auth"
 # A signature valid for longer than this is refused (the drafts ask for minutes; ChatGPT agent signs for an hour).
@@ -104,33 +107,33 @@ class SignedAgents:
         *,
         skew_s: float,
         trust_s: float,
+        public_url: str,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.operators = operators
         self.directories = directories
         self.skew_s = skew_s
         self.trust_s = trust_s
+        # The authority a signature must name, the site's public one: without a public URL there is nothing to
+        # hold a signature against (one made for another site would verify), so none is believed.
+        public = urlsplit(public_url)
+        self._public_scheme = public.scheme or "http"
+        self._public_authority = authority(public.netloc, self._public_scheme) if public.netloc else ""
+        self._unanchored_warned = False
         self._clock = clock
         self._nonces: OrderedDict[int, float] = OrderedDict()
         self._trusted: OrderedDict[tuple[str, str, str], float] = OrderedDict()
 
     def check(
-        self,
-        method: str,
-        target: bytes,
-        headers: Sequence[tuple[bytes, bytes]],
-        *,
-        host: str,
-        scheme: str,
-        client: str | None,
-        public_host: str,
+        self, method: str, target: bytes, headers: Sequence[tuple[bytes, bytes]], client: str | None
     ) -> SignatureCheck | None:
-        """The signature's verdict; None when the request carries no ``web-bot-auth`` signature. ``target`` is the
-        request's path and query as sent, ``host`` its Host, ``scheme`` and ``public_host`` the site's public ones
-        (``authority``): a signature made for another site fails, rather than verifying here."""
-        inputs, signatures, agent = _fields(headers)
-        if not inputs:
+        """The signature's verdict; None when the request carries no ``web-bot-auth`` signature, or the site's
+        public URL is not known. ``target`` is the request's path and query as sent; a signature made for another
+        authority than the public URL's fails, rather than verifying here."""
+        inputs, signatures, agent, host = _fields(headers)
+        if not inputs or not self._anchored():
             return None
+        scheme, public_host = self._public_scheme, self._public_authority
         if not target.startswith(b"/") or _oversized(inputs, signatures):
             return _invalid("malformed")
         try:
@@ -188,6 +191,16 @@ class SignedAgents:
             _remember(self._nonces, seen, float(params["expires"]) + self.skew_s)
         return SignatureCheck("verified", operator)
 
+    def _anchored(self) -> bool:
+        """Whether signatures can be believed: the site's public URL is known (said once when it is not)."""
+        if not self._public_authority and not self._unanchored_warned:
+            self._unanchored_warned = True
+            logger.warning(
+                "a request carries a Web Bot Auth signature, but server.public_url is not set: signatures are not "
+                "checked (one made for another site would verify here), the request is judged as if unsigned"
+            )
+        return bool(self._public_authority)
+
     def _check_params(
         self, components: list[Any], params: dict[str, Any], host: str, scheme: str, public_host: str
     ) -> str:
@@ -235,18 +248,15 @@ def authority(host: str, scheme: str) -> str:
     return f"{name}:{port}" if port else name
 
 
-def _fields(headers: Sequence[tuple[bytes, bytes]]) -> tuple[str, str, str]:
-    inputs: list[bytes] = []
-    signatures: list[bytes] = []
-    agents: list[bytes] = []
+def _fields(headers: Sequence[tuple[bytes, bytes]]) -> tuple[str, str, str, str]:
+    """Signature-Input, Signature, Signature-Agent (each field's lines joined) and Host."""
+    fields: dict[bytes, list[bytes]] = {b"signature-input": [], b"signature": [], b"signature-agent": [], b"host": []}
     for name, value in headers:
-        if name == b"signature-input":
-            inputs.append(value)
-        elif name == b"signature":
-            signatures.append(value)
-        elif name == b"signature-agent":
-            agents.append(value)
-    return tuple(b", ".join(values).decode("latin-1") for values in (inputs, signatures, agents))  # type: ignore[return-value]
+        lines = fields.get(name)
+        if lines is not None:
+            lines.append(value)
+    inputs, signatures, agents, host = (b", ".join(lines).decode("latin-1") for lines in fields.values())
+    return inputs, signatures, agents, host
 
 
 def _params(member: object) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from crawlergate.errors import ConfigError, StoreUnavailable
 from crawlergate.stores import disk
 from crawlergate.stores.disk import EVICT_BATCH, INDEX_FILE, DiskStore
 from crawlergate.stores.l2index import IndexWrite
+from tests.conftest import exit_code_of
 
 KEY_A = "a" * 32
 KEY_B = "b" * 32
@@ -329,7 +330,7 @@ def test_disk_store_in_a_forked_child_reads_writes_and_records_hits(tmp_path: Pa
             os._exit(0 if ok else 1)
         finally:
             os._exit(2)
-    assert _exit_code_of(child) == 0
+    assert exit_code_of(child) == 0
     assert store.get(KEY_B) == b"child's page" and KEY_B in store.digests()
 
 
@@ -358,7 +359,7 @@ def test_disk_store_forked_during_another_threads_transaction_writes_in_the_chil
         finally:
             os._exit(2)
     holder.join()
-    assert _exit_code_of(child) == 0
+    assert exit_code_of(child) == 0
     assert store.get(KEY_B) == b"child's page"
     store.close()
 
@@ -372,18 +373,6 @@ def test_disk_store_stopped_while_loading_does_not_say_loading_for_ever(
     _wait_until(lambda: short_lived.loading() is not None, poll_s=0.001)
     short_lived.close()  # a command that ran a moment (a pre-flight check)
     assert DiskStore(tmp_path, max_bytes=10**6).loading() is None
-
-
-def _exit_code_of(child: int, seconds: float = 20) -> int | None:
-    """A forked child's exit code; None (and the child killed) when it did not end within ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while (status := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if status[0] == 0:
-        os.kill(child, 9)
-        os.waitpid(child, 0)
-        return None
-    return os.waitstatus_to_exitcode(status[1])
 
 
 def _wait_until(condition: Callable[[], bool], *, seconds: float = 10, poll_s: float = 0.05) -> None:
