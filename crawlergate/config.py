@@ -48,8 +48,11 @@ NEVER_STORED_HEADERS = frozenset(name.lower() for name in _LISTS["headers"]["nev
 class ServerSettings:
     """Where the standalone proxy listens, what it protects, and the site as the world sees it."""
 
+    # The address serve listens on; 0.0.0.0 for every interface (behind a front server, keep loopback).
     host: str = "127.0.0.1"
+    # The port serve listens on.
     port: int = 8080
+    # Worker processes of serve; they share the caches and sum their figures (one per core).
     workers: int = 1
     # Empty: the gate is mounted inside the site, there is no separate origin.
     origin: str = ""
@@ -76,7 +79,9 @@ class ServerSettings:
     # arrive within this time; past these it is refused (431) or its connection closed. nginx allows
     # 4 x 8 KB of headers and waits 60 s; 64 KB and 10 s leave room for big cookies, not for slowloris.
     max_header_bytes: int = 64 * 1024
+    # Header lines a request may have (see max_header_bytes).
     max_headers: int = 100
+    # Seconds a request's head may take to arrive (see max_header_bytes).
     header_timeout_seconds: float = 10.0
     # Connections served at once by each worker; past this uvicorn answers 503 (its limit_concurrency).
     max_connections: int = 2048
@@ -87,12 +92,15 @@ class ServerSettings:
     # (nginx's proxy_connect_timeout, proxy_read_timeout and proxy_send_timeout, with nginx's 60 s). Fills
     # have their own total, cache.fill_timeout_seconds.
     origin_connect_timeout_seconds: float = 5.0
+    # Longest silence between two reads of the origin's answer (see origin_connect_timeout_seconds).
     origin_read_timeout_seconds: float = 60.0
+    # Longest silence between two writes of a request body to the origin.
     origin_send_timeout_seconds: float = 60.0
     # Connections to the origin at once, per worker: people's requests, and the gate's fills (crawlers'
     # misses and regeneration) in a pool of their own, so neither can take the other's. Past the limit a
     # request waits origin_connect_timeout_seconds for a place, then gets 504.
     origin_max_connections: int = 512
+    # Connections the gate's own fills (misses, regeneration) may hold at once, per worker.
     fill_max_connections: int = 128
     # One client's requests passed to the origin at once, per worker (nginx's limit_conn): past it, 503 with
     # Retry-After. 0: no limit. The client is the address a trusted proxy forwards for.
@@ -167,14 +175,18 @@ class ClassifySettings:
 
     # Empty: the rules shipped with crawlergate.
     rules_dir: str = ""
+    # The rule files read from rules_dir, in order: the paper's heuristic, then the crawler list.
     rule_files: tuple[str, ...] = ("heuristic.toml", "crawlers.toml")
     # Further rule files (absolute, or relative to the working directory) merged after rule_files.
     extra_rules: tuple[str, ...] = ()
     # "any": every cookie but the ignored ones means a session and the live site (Varnish's default);
     # "named": only the session_cookies do, for sites whose guests all carry other cookies.
     session_cookie_rule: Literal["any", "named"] = "any"
+    # Cookies that are not a session (analytics, consent): a request with only these is a guest.
     ignored_cookies: tuple[str, ...] = DEFAULT_IGNORED_COOKIES
+    # Cookie names that mean a session under session_cookie_rule "named" (`*` matches any run of characters).
     session_cookies: tuple[str, ...] = DEFAULT_SESSION_COOKIES
+    # User agents whose verdict each process remembers (an LRU; 0: none).
     memo_size: int = 65536
 
     def __post_init__(self) -> None:
@@ -192,15 +204,20 @@ class ClassifySettings:
 class L1Settings:
     """The fast level: memcached servers, or the embedded in-process LRU when none is given."""
 
+    # memcached servers as HOST:PORT, keys spread by hashing; empty: the embedded in-process LRU.
     memcached: tuple[str, ...] = ()
     # Part of every memcached key, so sites sharing a memcached cluster never serve each other's pages.
     # Empty: derived from server.public_url (or server.origin); set it to tell staging from production.
     namespace: str = ""
+    # The embedded LRU's size (memcached's own size is its -m).
     max_bytes: int = 64 * 1024 * 1024
     # memcached's default item size limit (-I 1m).
     item_max_bytes: int = 1024 * 1024
+    # memcached connect and answer timeouts: past them the request goes on to L2.
     connect_timeout_ms: float = 50.0
+    # The longest wait for a memcached answer (see connect_timeout_ms).
     timeout_ms: float = 50.0
+    # A memcached server that failed is skipped this long before it is tried again.
     dead_retry_seconds: float = 10.0
     # With memcached: how long a worker trusts a page it read without asking memcached again. A page
     # changed elsewhere reaches this worker's crawlers at most this late; 0 asks every time.
@@ -227,7 +244,9 @@ class L2Settings:
     # Empty: a folder of the site's own in the user's cache directory (XDG_CACHE_HOME or ~/.cache), named after
     # server.public_url, else server.origin, else (middleware) the application.
     cache_dir: str = ""
+    # L2's size on disk: past it the least recently used pages are evicted.
     max_bytes: int = 1024 * 1024 * 1024
+    # Pages larger than this, as the origin sends them or once decompressed, are never stored.
     page_max_bytes: int = 8 * 1024 * 1024
 
     def __post_init__(self) -> None:
@@ -250,10 +269,13 @@ class CacheSettings:
     storage_mode: Literal["guest", "rfc9111"] = "guest"
     # Origin headers stored with a page and sent with it; Set-Cookie and per-response headers never are.
     stored_headers: tuple[str, ...] = DEFAULT_STORED_HEADERS
+    # How long a stored page is fresh; after that it is served stale and queued for regeneration.
     ttl_seconds: float = 86400.0
     # Stored redirects (301/308) and gone pages (404/410) live shorter: they are cheap and may be mistakes.
     redirect_ttl_seconds: float = 3600.0
+    # The lifetime of stored 404 and 410 pages (see redirect_ttl_seconds).
     not_found_ttl_seconds: float = 600.0
+    # The whole time a guest fill may take; past it the crawler gets a stored copy, else 504.
     fill_timeout_seconds: float = 30.0
     # A page marked changed, or past its lifetime, is still served to crawlers (and queued for
     # regeneration) for this long; after that the next crawler's request fills it (0: at once).
@@ -287,6 +309,7 @@ class CacheSettings:
 class AdminSettings:
     """The /_crawlergate/ endpoints."""
 
+    # The path under which the dashboard and the admin endpoints answer.
     prefix: str = "/_crawlergate"
     # Empty: admin endpoints answer loopback clients only.
     token: str = ""
@@ -308,6 +331,7 @@ class AdminSettings:
 class RegenerateSettings:
     """Off-peak regeneration of changed pages, and revalidation of pages with no change signal."""
 
+    # Regenerate changed pages in the off-peak window (false: only `crawlergate regenerate` does).
     enabled: bool = True
     # "auto": the quietest hour of human traffic the gate has counted (04:00 until a day is counted);
     # "HH:MM" every day; or a five-field cron expression ("30 3 * * 1-5").
@@ -320,6 +344,7 @@ class RegenerateSettings:
     max_pages: int = 0
     # Fetches at once, and a second, at most: what the origin bears beside its people.
     concurrency: int = 2
+    # Fetches a second at most, whatever the concurrency (see concurrency).
     rate: float = 10.0
     # The share of time the origin may spend answering the pass (0: no limit): at 0.05 a 20 ms page is
     # fetched at most every 400 ms. The people using the site meanwhile wait for what the pass takes.
@@ -435,7 +460,9 @@ class PolicySettings:
     # (IPv4) or /48 (IPv6) network: suspect_fills_per_minute, up to suspect_fill_burst saved. Past it, a miss
     # is answered as a cache-only one (a stored copy, else 503). 0 a minute: no budget.
     suspect_fill_budget_tags: tuple[str, ...] = ("unverified-claimant",)
+    # The fill budget's rate, per network (see suspect_fill_budget_tags).
     suspect_fills_per_minute: float = 30.0
+    # Fills a network may save up and spend at once (see suspect_fill_budget_tags).
     suspect_fill_burst: int = 60
 
     def __post_init__(self) -> None:
@@ -479,6 +506,7 @@ class VerifySettings:
     # Web Bot Auth: requests their agent's operator signed (HTTP Message Signatures, RFC 9421) are verified
     # against the key directories of the operators in agents_file (empty: rules/agents.toml).
     signatures: bool = True
+    # The operators whose signed agents are believed; empty: rules/agents.toml.
     agents_file: str = ""
     # How far a signature's created/expires may be off the gate's clock.
     signature_skew_seconds: float = 60.0
@@ -488,8 +516,11 @@ class VerifySettings:
     # A key directory is kept for its Cache-Control max-age, within these bounds; fetched within the timeout,
     # at most directory_max_bytes.
     directory_min_seconds: float = 300.0
+    # The longest a key directory is kept without being read again (see directory_min_seconds).
     directory_max_seconds: float = 86400.0
+    # The whole time a key directory's fetch may take.
     directory_timeout_seconds: float = 5.0
+    # A key directory larger than this is refused.
     directory_max_bytes: int = 65536
     # A PEM file of certificate authorities trusted for key directories besides the usual ones (a private or a
     # test CA); empty: the usual ones (certifi's bundle, as httpx).
@@ -538,13 +569,16 @@ class VerifySettings:
 class ValveSettings:
     """The crawler-only overload valve: crawler and suspect misses get 503 while the site is saturated."""
 
+    # Shed crawler misses while the site is saturated (people are never shed).
     enabled: bool = True
     # Requests to the site in flight in one gate process (fills and people's requests) at which it is saturated.
     max_in_flight: int = 64
     # Saturated too when the pages answered over the last window_seconds (three or more, one vote each) took
     # in the median this many times their own normal time (each page's average over ten minutes) and slow_ms.
     slow_factor: float = 4.0
+    # The slow answers' floor in milliseconds (see slow_factor).
     slow_ms: float = 500.0
+    # The window over which answers' times are taken (see slow_factor).
     window_seconds: float = 10.0
 
     def __post_init__(self) -> None:
@@ -567,8 +601,11 @@ class SiteSettings:
     site's when its Host is one of ``hosts``; its pages have a folder, a memcached namespace and figures of
     their own. What a site leaves empty it takes from the top-level settings."""
 
+    # The host names this site answers for (its first one names its folder and figures).
     hosts: tuple[str, ...] = ()
+    # The site's origin URL, as server.origin.
     origin: str = ""
+    # The site as the world sees it, as server.public_url; empty: http:// and its first host.
     public_url: str = ""
     # Site profiles from rules/sites/ (as cache.sites); empty: cache.sites.
     profiles: tuple[str, ...] = ()
