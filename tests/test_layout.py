@@ -1,4 +1,4 @@
-"""The package keeps its two halves apart (DESIGN.md, "The house"), read from the import statements."""
+"""The package keeps its two halves apart (docs/design/index.md, "The house"), read from the import statements."""
 
 from __future__ import annotations
 

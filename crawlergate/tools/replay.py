@@ -82,7 +82,7 @@ class ReplayResult:
         return len(self.samples) + sum(self.errors.values())
 
     def summary(self) -> dict[str, Any]:
-        """The replay JSON of the DESIGN contract, plus outcomes and totals."""
+        """The replay JSON of the contract (docs/design/index.md, "Contracts"), plus outcomes and totals."""
         classes: dict[str, Any] = {}
         for kind in ("crawler", "human"):
             chosen = [sample for sample in self.samples if sample.kind == kind]
