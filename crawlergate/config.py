@@ -264,7 +264,7 @@ class CacheSettings:
     # excluded paths, query parameters and session cookies are added to the rules.
     sites: tuple[str, ...] = ()
     # "guest": a guest fill is stored despite Set-Cookie, private, no-cache, max-age=0 and Vary: Cookie,
-    # because a stored page only ever answers requests without a session (README, "What is stored").
+    # because a stored page only ever answers requests without a session (docs/guides/real-sites.md, "What is stored").
     # "rfc9111": a strict shared cache, which stores none of those.
     storage_mode: Literal["guest", "rfc9111"] = "guest"
     # Origin headers stored with a page and sent with it; Set-Cookie and per-response headers never are.

@@ -1,7 +1,7 @@
 """Measure the classifier on the public user-agent corpus: crawlers' recall, people's false positives, speed.
 
     .venv/bin/python scripts/measure_classifier.py [--cache DIR] [--list] [--json FILE]
-        [--no-lgpl] [--crawlerdetect-site DIR] [--no-isbot] [--readme README.md]
+        [--no-lgpl] [--crawlerdetect-site DIR] [--no-isbot] [--readme docs/benchmarks.md]
 
 Reads tests/data/user_agents/corpus-people.tsv.gz and corpus-crawlers.tsv.gz (built by
 scripts/build_ua_corpus.py) and, when the cache folder holds them, Matomo's LGPL parts
@@ -14,7 +14,7 @@ classified by:
 It prints recall per crawler set, people's false positives per kind (count and percentage), and
 our classifier's cold speed (distinct user agents per second, each classified once). --list prints
 every person our classifier calls a crawler, grouped by the token and rule that made it one;
---readme rewrites the README's accuracy table (between its measure_classifier markers).
+--readme rewrites the accuracy table of docs/benchmarks.md (between its measure_classifier markers).
 """
 
 from __future__ import annotations
@@ -226,7 +226,7 @@ def readme_table(recall: dict, false_positives: dict, corpus: str) -> str:
             ]
             lines.append(f"| {title}: {group} | {total:,} | {' | '.join(cells)} |")
     lines.append("")
-    lines.append(f"Written by `python scripts/measure_classifier.py --readme README.md` ({corpus}).")
+    lines.append(f"Written by `python scripts/measure_classifier.py --readme docs/benchmarks.md` ({corpus}).")
     return "\n".join(lines)
 
 
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         "--readme",
         type=Path,
         metavar="FILE",
-        help="rewrite the accuracy table between the measure_classifier markers of FILE (README.md)",
+        help="rewrite the accuracy table between the measure_classifier markers of FILE (docs/benchmarks.md)",
     )
     parser.add_argument(
         "--write-known",
