@@ -166,7 +166,16 @@ def commands_page() -> str:
     for name, command in _commands():
         command.prog = name
         summary = (command.description or "").strip().splitlines()
-        lines += [f"## `{name}`", "", summary[0] if summary else "", "", "```text", command.format_help().rstrip(), "```", ""]
+        lines += [
+            f"## `{name}`",
+            "",
+            summary[0] if summary else "",
+            "",
+            "```text",
+            command.format_help().rstrip(),
+            "```",
+            "",
+        ]
     return "\n".join(lines)
 
 
