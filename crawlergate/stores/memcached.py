@@ -177,4 +177,4 @@ class MemcachedStore:
         # instead of each stale connection failing in turn, one back-off window each.
         self._clients[server].close()
         if first:
-            logger.warning("L1 server %s marked dead for %.0f s: %s", server, self._dead_retry, exc)
+            logger.warning("L1 server %s marked dead for %.0f s: %r", server, self._dead_retry, exc)

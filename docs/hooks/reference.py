@@ -8,6 +8,7 @@ MkDocs loads this file as a hook (``mkdocs.yml``); ``tests/test_docs.py`` calls 
 from __future__ import annotations
 
 import argparse
+import html
 import dataclasses
 import inspect
 import io
@@ -138,7 +139,7 @@ def settings_page() -> str:
         lines += ["| setting | type | default | environment, flag | what it does |", "|---|---|---|---|---|"]
         for option in options:
             where = "<br>".join(filter(None, [option.variable, *option.flags])) or "—"
-            text = option.description.replace("|", "\\|")
+            text = html.escape(option.description, quote=False).replace("|", "\\|")
             lines.append(f"| `{option.key}` | {option.type} | {option.default} | {where} | {text} |")
         lines.append("")
     return "\n".join(lines)
