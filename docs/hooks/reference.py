@@ -8,8 +8,8 @@ MkDocs loads this file as a hook (``mkdocs.yml``); ``tests/test_docs.py`` calls 
 from __future__ import annotations
 
 import argparse
-import html
 import dataclasses
+import html
 import inspect
 import io
 import re
