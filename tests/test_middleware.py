@@ -21,11 +21,11 @@ from crawlergate.metrics import Metrics
 from crawlergate.stores.disk import INDEX_FILE, LOADER_LOCK_FILE, DiskStore
 from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.owner import MARKER_FILE
-from tests.conftest import FIREFOX, MemcachedServer
+from tests.conftest import MemcachedServer
+from tests.visitors import FIREFOX, GOOGLEBOT
 
 pytestmark = pytest.mark.anyio
 
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 PAGE = "<html><body>" + "a forum thread " * 1200 + "</body></html>"
 
 

@@ -10,9 +10,7 @@ import pytest
 
 from crawlergate import CrawlerGateWSGI
 from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
-from tests.conftest import FIREFOX
-
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
+from tests.visitors import FIREFOX, GOOGLEBOT
 
 
 def render(path: str) -> tuple[int, list[tuple[str, str]], bytes]:
