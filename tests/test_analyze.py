@@ -1,3 +1,6 @@
+"""`crawlergate analyze` on access logs: the hourly profile of crawlers and people, and the quiet hours it suggests,
+sensible for small logs, parts of a day and any time zone."""
+
 from __future__ import annotations
 
 import json

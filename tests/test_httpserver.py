@@ -1,3 +1,6 @@
+"""The gate's HTTP server protocol: heads too big or too slow refused, keep-alive and pipelining in order, requests
+RFC 9112 forbids refused with 400, and a crawler hit answered as the ASGI path would."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,3 +1,6 @@
+"""Access logs as servers really write them (nginx, Apache, IIS, CloudFront, JSON…): each format detected and read
+exactly, response times only where the log has them, and what is no log refused with the reason."""
+
 from __future__ import annotations
 
 import gzip

@@ -1,3 +1,6 @@
+"""The ASGI middleware in front of a site: crawlers served from L1 and L2 (gzip, 304, HEAD), people passed through
+and streamed, guest fills sanitised, one origin request for fifty misses, and stale pages when the origin is down."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,3 +1,6 @@
+"""The standalone proxy (`crawlergate serve`) in front of the demo forum: every method forwarded, cookies and
+redirects kept for people, cached pages for crawlers, and the serve process started, stopped and reported."""
+
 from __future__ import annotations
 
 import asyncio

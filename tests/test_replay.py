@@ -1,3 +1,6 @@
+"""`crawlergate replay`: a log sent again to a server, counted by class, outcome and status, closed or open loop at
+the log's pace, and two runs compared in words."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,3 +1,6 @@
+"""`crawlergate simulate`: the cache policies (LRU, Belady's MIN, CLOCK, random, static…) on textbook strings and
+traces, bounded in bytes, and the size sweep with its knee."""
+
 from __future__ import annotations
 
 import json

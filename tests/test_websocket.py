@@ -1,3 +1,6 @@
+"""WebSockets through the proxy: messages both ways, closes from either side, headers and subprotocol forwarded,
+and a refusing, down, silent or oversized origin handled."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,3 +1,6 @@
+"""The WSGI middleware: fills made as an outside visitor of the public URL, people passed and their views
+prefetched, site failures as 502, and pages that vary by device cached per device."""
+
 from __future__ import annotations
 
 import threading
