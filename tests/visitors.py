@@ -5,7 +5,8 @@ load with it (Accept, Accept-Language, Sec-Fetch-* …), which the gate's eviden
 look for: the people of the tests look like people to the gate, as those of the world do (``FIREFOX``). A suspect
 claims a browser's user agent without those headers (``SUSPECT``). Where a test needs one exact variant (a phone,
 an older browser, the shorter agents of the sample logs), it has its own name here and a comment saying why;
-tests/test_layout.py fails when another test module defines an agent of its own at module level.
+tests/test_test_helpers.py fails when another test module defines an agent or a visitor's headers at module
+level.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ UPTIME_ROBOT_UA = "Mozilla/5.0+(compatible; UptimeRobot/2.0; http://www.uptimero
 FEED_READER_UA = "Miniflux/2.2.0 (+https://miniflux.app)"
 LINK_PREVIEW_UAS = ("Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)", "facebookexternalhit/1.1")
 
-# The crawlers as the sample logs write them (tests/data/logs/formats): without the "+URL" part. The tests of
-# the log formats compare parsed records with these exact strings.
+# The crawlers as the sample logs write them (tests/data/logs/formats), without the "+URL" part: the tests of the
+# log formats compare parsed records with these exact strings, and write their own log lines with them.
 GOOGLEBOT_SHORT_UA = "Mozilla/5.0 (compatible; Googlebot/2.1)"
 BINGBOT_SHORT_UA = "Mozilla/5.0 (compatible; bingbot/2.0)"
 YANDEXBOT_SHORT_UA = "Mozilla/5.0 (compatible; YandexBot/3.0)"
@@ -114,9 +115,9 @@ CURRENT_CHROME = {
     "sec-fetch-dest": "document",
 }
 
-# The navigation headers alone, without a user agent, as measured (rules/evidence.toml lists them): the
-# evidence tests (test_suspect.py) pair them with the user agents above, and these exact values are what the
-# rules weigh (Firefox's and Chrome's Accept-Encoding over https, "br, zstd" included).
+# The navigation headers alone, without a user agent, as measured (rules/evidence.toml lists them): the evidence
+# tests (test_suspect.py) pair them with the user agents above. They differ from FIREFOX's and CHROME's (Accept-Encoding
+# with br and zstd; no Sec-Fetch-Site): the evidence tests were written against these exact sets.
 CHROME_NAVIGATION = {
     "accept": "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8",
     "accept-language": "en-GB,en;q=0.9",
