@@ -29,8 +29,9 @@ UPTIME_ROBOT_UA = "Mozilla/5.0+(compatible; UptimeRobot/2.0; http://www.uptimero
 FEED_READER_UA = "Miniflux/2.2.0 (+https://miniflux.app)"
 LINK_PREVIEW_UAS = ("Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)", "facebookexternalhit/1.1")
 
-# The crawlers as the sample logs write them (tests/data/logs/formats), without the "+URL" part: the tests of the
-# log formats compare parsed records with these exact strings, and write their own log lines with them.
+# Crawlers without the "+URL" part, as some sample logs write them (tests/data/logs/formats): test_logformats.py
+# compares parsed records with these exact strings (Bingbot's, Yandex's), and writes its own log lines with
+# Googlebot's.
 GOOGLEBOT_SHORT_UA = "Mozilla/5.0 (compatible; Googlebot/2.1)"
 BINGBOT_SHORT_UA = "Mozilla/5.0 (compatible; bingbot/2.0)"
 YANDEXBOT_SHORT_UA = "Mozilla/5.0 (compatible; YandexBot/3.0)"
