@@ -1,3 +1,6 @@
+"""The admin endpoints: open to loopback clients or a token only, the dashboard's page and assets under the same
+rules, and the series of figures keeping what changed in each interval."""
+
 from __future__ import annotations
 
 import json

@@ -1,3 +1,6 @@
+"""`crawlergate analyze` on access logs: the hourly profile of crawlers and people, and the quiet hours it suggests,
+sensible for small logs, parts of a day and any time zone."""
+
 from __future__ import annotations
 
 import json
@@ -9,9 +12,7 @@ from crawlergate.classify import Classifier
 from crawlergate.config import ClassifySettings
 from crawlergate.tools.analyze import profile_log
 from crawlergate.tools.logparse import LogReader
-
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
-FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
+from tests.visitors import FIREFOX_UA, GOOGLEBOT_UA
 
 
 def _line(agent: str, target: str, hour: int, second: int, micros: int) -> str:
@@ -24,8 +25,8 @@ def log(tmp_path: Path) -> Path:
     lines = []
     for hour in range(24):
         humans = 1 if hour == 4 else 10  # the trough is at four in the morning
-        lines += [_line(FIREFOX, f"/t/{n}", hour, n, 100) for n in range(humans)]
-        lines += [_line(GOOGLEBOT, f"/t/{hour * 2 + n}", hour, 10 * n, 160_000) for n in range(2)]
+        lines += [_line(FIREFOX_UA, f"/t/{n}", hour, n, 100) for n in range(humans)]
+        lines += [_line(GOOGLEBOT_UA, f"/t/{hour * 2 + n}", hour, 10 * n, 160_000) for n in range(2)]
     path = tmp_path / "access.log"
     path.write_text("".join(lines) + "not a line\n")
     return path
@@ -66,7 +67,7 @@ def test_analyze_part_of_a_day_suggests_only_hours_it_covers(
     from crawlergate.cli import main
 
     path = tmp_path / "afternoon.log"
-    path.write_text("".join(_line(FIREFOX, "/t/1", hour, 0, 100) * (hour - 10) for hour in (14, 15, 16)))
+    path.write_text("".join(_line(FIREFOX_UA, "/t/1", hour, 0, 100) * (hour - 10) for hour in (14, 15, 16)))
     assert main(["analyze", str(path), "--json", "-"]) == 0
     captured = capsys.readouterr()
     data = json.loads(captured.out)  # only JSON on standard output
@@ -77,8 +78,8 @@ def test_analyze_part_of_a_day_suggests_only_hours_it_covers(
 @pytest.mark.parametrize(
     "lines",
     [
-        pytest.param([_line(GOOGLEBOT, "/t/1", 3, 0, 100)], id="one-request"),
-        pytest.param([_line(FIREFOX, "/only", hour, 0, 100) for hour in range(24)], id="one-page"),
+        pytest.param([_line(GOOGLEBOT_UA, "/t/1", 3, 0, 100)], id="one-request"),
+        pytest.param([_line(FIREFOX_UA, "/only", hour, 0, 100) for hour in range(24)], id="one-page"),
     ],
 )
 def test_cli_tiny_logs_give_sensible_answers(tmp_path: Path, capsys: pytest.CaptureFixture[str], lines) -> None:
@@ -100,7 +101,7 @@ def test_analyze_compares_hours_per_day_in_utc(tmp_path: Path) -> None:
         day, hour = divmod(offset, 24)
         count = 40 if hour < 12 else 60
         stamp = f"{10 + day:02d}/Oct/2000:{hour:02d}:00:00 +0000"
-        lines += [f'1.2.3.4 - - [{stamp}] "GET /t/{n} HTTP/1.1" 200 10 "-" "{FIREFOX}" 100\n' for n in range(count)]
+        lines += [f'1.2.3.4 - - [{stamp}] "GET /t/{n} HTTP/1.1" 200 10 "-" "{FIREFOX_UA}" 100\n' for n in range(count)]
     zone = '1.2.3.4 - - [10/Oct/2000:14:25:01 -0500] "GET / HTTP/1.1" 200 10 "-" "Firefox/1" 100\n'
     path = tmp_path / "days.log"
     path.write_text("".join(lines) + zone)

@@ -1,3 +1,6 @@
+"""The two-level cache (L1 memcached, L2 disk): how long a remote L1 page is trusted, the bounded memo of decoded
+pages, big L2 pages shared while in use, and what prefetches and evictions count."""
+
 from __future__ import annotations
 
 from pathlib import Path

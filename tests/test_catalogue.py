@@ -27,11 +27,11 @@ from crawlergate.demo.forum import create_forum
 from crawlergate.demo.seed import seed_database
 from crawlergate.errors import ConfigError
 from crawlergate.gate.catalogue import PageCatalogue
-from tests.conftest import FIREFOX, ServerThread
+from tests.conftest import ServerThread
+from tests.visitors import FIREFOX, GOOGLEBOT
 
 pytestmark = pytest.mark.anyio
 
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 TOKEN = "s3cret-token"
 
 

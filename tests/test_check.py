@@ -1,3 +1,6 @@
+"""`crawlergate check`: why a page is or is not stored and for how long, as a guest of the public URL, with every
+reason named and a broken site or input reported in one line, never a traceback."""
+
 from __future__ import annotations
 
 import json

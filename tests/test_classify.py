@@ -1,3 +1,6 @@
+"""The user-agent classifier: the paper's heuristic, browsers and people's apps never taken for crawlers, crawlers
+named with their family and tag, rule files extended, and any input answered deterministically."""
+
 from __future__ import annotations
 
 import pytest

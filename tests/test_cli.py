@@ -1,3 +1,6 @@
+"""The command line: `classify` on arguments, files and logs, one-line errors instead of tracebacks, the installed
+console script, the public API's names and every command's help."""
+
 from __future__ import annotations
 
 import json

@@ -13,10 +13,9 @@ import pytest
 
 from crawlergate.demo.forum import create_forum
 from tests.conftest import MemcachedServer, ServerThread, serve_process
+from tests.visitors import GOOGLEBOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.memcached]
-
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 
 
 @pytest.fixture

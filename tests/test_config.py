@@ -1,3 +1,6 @@
+"""Settings: defaults without any file, then TOML, environment and overrides in that order, every bad value named
+with its key, and settings serialised for a worker coming back whole."""
+
 from __future__ import annotations
 
 from pathlib import Path

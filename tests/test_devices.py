@@ -1,3 +1,6 @@
+"""Device classes (rules/devices.toml): the class of a user agent for pages that vary by device, and a broken rules
+file reported as one clear error."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -19,11 +19,11 @@ import pytest
 
 from crawlergate import CrawlerGateMiddleware, CrawlerGateWSGI
 from crawlergate.config import AdminSettings, CacheSettings, L2Settings, Settings
-from tests.conftest import FIREFOX, ServerThread
+from tests.conftest import ServerThread
+from tests.visitors import FIREFOX, GOOGLEBOT
 
 pytestmark = pytest.mark.e2e
 
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 TOKEN = "engine-token"
 
 

@@ -24,9 +24,8 @@ import httpx
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from tests.conftest import FIREFOX, FIREFOX_UA
+from tests.visitors import FIREFOX, FIREFOX_UA, GOOGLEBOT_UA
 
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
 MEMBER, PASSWORD = "alice", "wonderland"
 BASE_URL = "http://localhost"
 
@@ -201,7 +200,7 @@ def _log_in(browser: Browser, password: str = PASSWORD) -> httpx.Response:
 
 
 def test_example_crawler_gets_miss_then_l1_hit(example: Example) -> None:
-    crawler = example.browser(GOOGLEBOT)
+    crawler = example.browser(GOOGLEBOT_UA)
     first, second = crawler.get("/articles/1"), crawler.get("/articles/1")
     assert (first.status_code, first.headers["x-crawlergate"]) == (200, "miss")
     assert (second.status_code, second.headers["x-crawlergate"]) == (200, "l1-hit")
@@ -220,7 +219,7 @@ def test_example_guest_person_gets_the_site(example: Example) -> None:
 
 def test_example_member_sees_own_name_and_crawlers_never_get_it(example: Example) -> None:
     member = example.browser(FIREFOX_UA)
-    crawler = example.browser(GOOGLEBOT)
+    crawler = example.browser(GOOGLEBOT_UA)
     assert crawler.get("/articles/1").headers["x-crawlergate"] == "miss"
 
     logged_in = _log_in(member)
@@ -228,7 +227,7 @@ def test_example_member_sees_own_name_and_crawlers_never_get_it(example: Example
     assert logged_in.headers["x-crawlergate"] == "pass"
     # The member's own pages, also with a crawler's user agent: the session cookie means the live site.
     for path in ("/", "/articles/1", "/articles/2"):
-        for user_agent in (FIREFOX_UA, GOOGLEBOT):
+        for user_agent in (FIREFOX_UA, GOOGLEBOT_UA):
             page = member.get(path, user_agent=user_agent)
             assert (page.status_code, page.headers["x-crawlergate"]) == (200, "pass"), (path, user_agent)
             assert f"Hello, {MEMBER}" in page.text and "Hello, guest" not in page.text
@@ -248,7 +247,7 @@ def test_example_wrong_password_is_refused(example: Example) -> None:
     refused = _log_in(person, password="not-the-password")
     assert refused.status_code in (200, 401) and refused.headers["x-crawlergate"] == "pass"
     assert "Wrong user name or password." in refused.text
-    assert "Hello, guest" in person.get("/", user_agent=GOOGLEBOT).text
+    assert "Hello, guest" in person.get("/", user_agent=GOOGLEBOT_UA).text
 
 
 @pytest.mark.parametrize("framework", ["django-wsgi", "django-asgi"])

@@ -26,12 +26,10 @@ from crawlergate.gate.request import Request
 from crawlergate.tools.analyze import crawler_share
 from crawlergate.tools.logparse import iter_records
 from tests.browser import chromium, has_horizontal_scroll, screenshot
-from tests.conftest import FIREFOX, ServerThread, serve_process
+from tests.conftest import ServerThread, serve_process
+from tests.visitors import BINGBOT_UA, FIREFOX, GOOGLEBOT
 
 pytestmark = pytest.mark.e2e
-
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
-BINGBOT = "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)"
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +43,9 @@ def _send_known_traffic(gate: str) -> None:
     """5 pages twice by Googlebot, 3 once by Bingbot, 7 page views by a person; each on a new connection."""
     for _ in range(2):
         for thread in range(1, 6):
-            assert httpx.get(f"{gate}/showthread.php?t={thread}", headers={"user-agent": GOOGLEBOT}).status_code == 200
+            assert httpx.get(f"{gate}/showthread.php?t={thread}", headers=GOOGLEBOT).status_code == 200
     for thread in range(10, 13):
-        httpx.get(f"{gate}/showthread.php?t={thread}", headers={"user-agent": BINGBOT})
+        httpx.get(f"{gate}/showthread.php?t={thread}", headers={"user-agent": BINGBOT_UA})
     for thread in range(20, 27):
         httpx.get(f"{gate}/showthread.php?t={thread}", headers=FIREFOX)
 
@@ -167,7 +165,7 @@ def test_serve_access_log_stays_under_its_size_in_a_burst(forum: ServerThread, t
         stop = threading.Event()
 
         def burst() -> None:
-            with httpx.Client(base_url=gate, headers={"user-agent": GOOGLEBOT}) as client:
+            with httpx.Client(base_url=gate, headers=GOOGLEBOT) as client:
                 for number in range(1_000_000):  # bounded: stopped after 60 s
                     if stop.is_set():
                         return
@@ -200,8 +198,8 @@ def test_wsgi_gate_writes_the_access_log_when_configured(tmp_path: Path) -> None
     )
     gate = CrawlerGateWSGI(site, settings=settings)
     with httpx.Client(transport=httpx.WSGITransport(app=gate), base_url="http://site.test") as client:
-        client.get("/a page?x=1", headers={"user-agent": GOOGLEBOT})
-        client.get("/a page?x=1", headers={"user-agent": GOOGLEBOT})
+        client.get("/a page?x=1", headers=GOOGLEBOT)
+        client.get("/a page?x=1", headers=GOOGLEBOT)
         client.get("/b", headers={**FIREFOX, "referer": "http://site.test/a"})
     gate.close()
     lines = (tmp_path / "wsgi.log").read_text().splitlines()
@@ -231,7 +229,7 @@ def test_dashboard_in_chromium_shows_the_traffic_sent(forum: ServerThread, tmp_p
         chrome = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
         for _ in range(2):  # a script with a browser's user agent: a suspect
             httpx.get(f"{gate}/showthread.php?t=30", headers={"user-agent": chrome, "accept": "*/*"})
-        httpx.get(f"{gate}/showthread.php?t=31", headers={"user-agent": GOOGLEBOT, "x-forwarded-for": "203.0.113.9"})
+        httpx.get(f"{gate}/showthread.php?t=31", headers={**GOOGLEBOT, "x-forwarded-for": "203.0.113.9"})
         driver.get(f"{gate}/_crawlergate/")
         wait = WebDriverWait(driver, 30, poll_frequency=0.2)
         wait.until(lambda d: d.find_element("id", "crawler-requests").text == "13")
@@ -267,7 +265,7 @@ async def test_asgi_gate_without_lifespan_writes_its_access_log(tmp_path: Path) 
     )
     gate = CrawlerGateMiddleware(create_forum(tmp_path / "f.sqlite3", threads=3, work_ms=0), settings=settings)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://forum.test") as client:
-        await client.get("/showthread.php?t=1", headers={"user-agent": GOOGLEBOT})
+        await client.get("/showthread.php?t=1", headers=GOOGLEBOT)
     assert gate.access_log is not None
     gate.access_log.close()
     (line,) = (tmp_path / "asgi.log").read_text().splitlines()

@@ -5,7 +5,7 @@ contract the ASGI and WSGI adapters drive (test_engine.py runs the same decision
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,10 +21,8 @@ from crawlergate.gate.origin import OriginResponse
 from crawlergate.gate.request import Request, Route
 from crawlergate.keys import CacheKey
 from crawlergate.wiring import GateRuntime
-from tests.conftest import FIREFOX
+from tests.visitors import FIREFOX, GOOGLEBOT, raw_headers
 
-GOOGLEBOT = [(b"user-agent", b"Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)")]
-PERSON = [(name.encode(), value.encode()) for name, value in FIREFOX.items()]
 PAGE = b"<p>thread 1</p>" + b"post " * 300
 
 
@@ -96,10 +94,10 @@ def gate(tmp_path: Path) -> Any:
     runtime.close()
 
 
-def ask(runtime: GateRuntime, site: Site, target: str, headers: list[tuple[bytes, bytes]], method: str = "GET"):
+def ask(runtime: GateRuntime, site: Site, target: str, headers: Mapping[str, str], method: str = "GET"):
     """One request through the flow: its route, the steps it asked for, and its answer (None: pass)."""
     path, _, query = target.partition("?")
-    request = Request(method, path, path.encode(), query.encode(), headers, "203.0.113.9")
+    request = Request(method, path, path.encode(), query.encode(), raw_headers(headers), "203.0.113.9")
     decision = runtime.core.decide(request)
     runner = Runner(runtime, site)
     answer = run_blocking(runtime.flow.answer(request, decision), runner, None)
@@ -138,8 +136,8 @@ def test_flow_reads_l2_only_for_a_page_whose_file_is_there(gate: Any) -> None:
 def test_flow_people_sessions_and_too_long_targets(gate: Any) -> None:
     runtime, site, _ = gate
     ask(runtime, site, "/showthread.php?t=2", GOOGLEBOT)
-    assert ask(runtime, site, "/showthread.php?t=2", PERSON) == (Route.PASS, [], None)
-    member = [*GOOGLEBOT, (b"cookie", b"sessionid=4.abc")]
+    assert ask(runtime, site, "/showthread.php?t=2", FIREFOX) == (Route.PASS, [], None)
+    member = {**GOOGLEBOT, "cookie": "sessionid=4.abc"}
     assert ask(runtime, site, "/showthread.php?t=2", member) == (Route.PASS, [], None)
     route, steps, too_long = ask(runtime, site, "/showthread.php?t=" + "9" * 9000, GOOGLEBOT)
     assert route is Route.TOO_LONG and steps == [] and too_long is not None and too_long.response[0] == 414
@@ -172,7 +170,7 @@ def test_flow_a_persons_view_of_a_stored_page_and_a_write_are_followed_up(gate: 
     ask(runtime, site, "/showthread.php?t=8", GOOGLEBOT)
     runtime.filler.writer.flush()  # the filled page on disk
     runtime.core.cache.l1.delete(runtime.core.keys.key_for(b"/showthread.php", b"t=8").digest)
-    view = Request("GET", "/showthread.php", b"/showthread.php", b"t=8", PERSON, "203.0.113.9")
+    view = Request("GET", "/showthread.php", b"/showthread.php", b"t=8", raw_headers(FIREFOX), "203.0.113.9")
     passing = runtime.flow.passing(view, runtime.core.decide(view), time.perf_counter())
     passing.answered(200, [(b"content-type", b"text/html")])
     passing.body(100)
@@ -183,7 +181,7 @@ def test_flow_a_persons_view_of_a_stored_page_and_a_write_are_followed_up(gate: 
     digest = runtime.core.keys.key_for(b"/showthread.php", b"t=8").digest
     assert runtime.core.cache.l1.get(digest) is not None  # L2's copy is back in L1
 
-    session = [*PERSON, (b"cookie", b"sessionid=4.abc")]
+    session = raw_headers({**FIREFOX, "cookie": "sessionid=4.abc"})
     reply = Request("POST", "/newreply.php", b"/newreply.php", b"", session, "203.0.113.9")
     passing = runtime.flow.passing(reply, runtime.core.decide(reply), time.perf_counter())
     assert passing.wants_form(lambda: b"application/x-www-form-urlencoded")

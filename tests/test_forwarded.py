@@ -1,3 +1,5 @@
+"""Trusted proxies: the client address taken from X-Forwarded-For only through proxies the settings trust."""
+
 from __future__ import annotations
 
 import pytest

@@ -36,32 +36,10 @@ import pytest
 from crawlergate.demo.forum import create_forum
 from tests.browser import chromium, network_responses, present_as_chrome
 from tests.conftest import ServerThread, serve_process
+from tests.visitors import CURRENT_CHROME, CURRENT_CHROME_UA, FEED_READER_UA, GOOGLEBOT_UA, LINK_PREVIEW_UAS
 
 pytestmark = pytest.mark.e2e
 
-# A current desktop Chrome, as scrapers copy it from their own browser.
-CHROME_UA = (
-    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/142.0.0.0 Safari/537.36"
-)
-# What that Chrome sends with a navigation: the headers a person's request carries.
-PERSON_HEADERS = {
-    "user-agent": CHROME_UA,
-    "accept": "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,image/apng,*/*;q=0.8,"
-    "application/signed-exchange;v=b3;q=0.7",
-    "accept-language": "en-GB,en;q=0.9",
-    "accept-encoding": "gzip, deflate, br, zstd",
-    "sec-ch-ua": '"Chromium";v="142", "Google Chrome";v="142", "Not_A Brand";v="99"',
-    "sec-ch-ua-mobile": "?0",
-    "sec-ch-ua-platform": '"Windows"',
-    "upgrade-insecure-requests": "1",
-    "sec-fetch-site": "none",
-    "sec-fetch-mode": "navigate",
-    "sec-fetch-user": "?1",
-    "sec-fetch-dest": "document",
-}
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
-FEED_READER = "Miniflux/2.2.0 (+https://miniflux.app)"
-LINK_PREVIEWS = ("Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)", "facebookexternalhit/1.1")
 # X-Crawlergate values of an answer through the cache; "pass" is the live site.
 THROUGH_CACHE = frozenset({"l1-hit", "l2-hit", "miss", "stale"})
 HITS = frozenset({"l1-hit", "l2-hit"})
@@ -291,8 +269,8 @@ def _crawl_with_curl(base: str, targets: list[str], address: str) -> list[tuple[
     answers = []
     for target in targets:
         done = subprocess.run(
-            [str(CURL), "-sS", "-o", "/dev/null", "-D", "-", "-A", CHROME_UA, "-H", f"X-Forwarded-For: {address}",
-             base + target],
+            [str(CURL), "-sS", "-o", "/dev/null", "-D", "-", "-A", CURRENT_CHROME_UA,
+             "-H", f"X-Forwarded-For: {address}", base + target],
             capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         head = done.stdout.splitlines()
@@ -304,7 +282,9 @@ def _crawl_with_curl(base: str, targets: list[str], address: str) -> list[tuple[
 def _crawl_with_urllib(base: str, targets: list[str], address: str) -> list[tuple[int, str]]:
     answers = []
     for target in targets:
-        request = urllib.request.Request(base + target, headers={"User-Agent": CHROME_UA, "X-Forwarded-For": address})
+        request = urllib.request.Request(
+            base + target, headers={"User-Agent": CURRENT_CHROME_UA, "X-Forwarded-For": address}
+        )
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
                 response.read()
@@ -316,7 +296,7 @@ def _crawl_with_urllib(base: str, targets: list[str], address: str) -> list[tupl
 
 
 def _crawl_with_httpx(base: str, targets: list[str], address: str) -> list[tuple[int, str]]:
-    with httpx.Client(headers={"user-agent": CHROME_UA, "x-forwarded-for": address}, timeout=60) as client:
+    with httpx.Client(headers={"user-agent": CURRENT_CHROME_UA, "x-forwarded-for": address}, timeout=60) as client:
         return [
             (r.status_code, r.headers.get("x-crawlergate", "")) for r in map(client.get, (base + t for t in targets))
         ]
@@ -325,7 +305,7 @@ def _crawl_with_httpx(base: str, targets: list[str], address: str) -> list[tuple
 def _crawl_with_aiohttp(base: str, targets: list[str], address: str) -> list[tuple[int, str]]:
     async def crawl() -> list[tuple[int, str]]:
         answers = []
-        headers = {"User-Agent": CHROME_UA, "X-Forwarded-For": address}
+        headers = {"User-Agent": CURRENT_CHROME_UA, "X-Forwarded-For": address}
         async with aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=60)) as session:
             for target in targets:
                 async with session.get(base + target) as response:
@@ -437,8 +417,8 @@ def test_chromium_as_a_scraper_is_caught_by_its_behaviour_within_a_minute(site: 
 
 def test_feed_readers_and_link_previews_get_their_pages_from_the_cache(gate: Gate) -> None:
     for user_agent, address in [
-        (FEED_READER, FEED_READER_ADDRESS),
-        *((ua, LINK_PREVIEW_ADDRESS) for ua in LINK_PREVIEWS),
+        (FEED_READER_UA, FEED_READER_ADDRESS),
+        *((ua, LINK_PREVIEW_ADDRESS) for ua in LINK_PREVIEW_UAS),
     ]:
         headers = {"user-agent": user_agent, "x-forwarded-for": address}
         for target in ("/feed.rss", "/showthread.php?t=42"):
@@ -455,11 +435,11 @@ def test_feed_readers_and_link_previews_get_their_pages_from_the_cache(gate: Gat
 def test_googlebot_outside_googles_ranges_is_a_suspect_and_inside_them_verified(gate: Gate) -> None:
     before = gate.stats()
     fake = httpx.get(
-        gate.url + "/showthread.php?t=77", headers={"user-agent": GOOGLEBOT, "x-forwarded-for": FAKE_GOOGLEBOT}
+        gate.url + "/showthread.php?t=77", headers={"user-agent": GOOGLEBOT_UA, "x-forwarded-for": FAKE_GOOGLEBOT}
     )
     middle = gate.stats()
     real = httpx.get(
-        gate.url + "/showthread.php?t=78", headers={"user-agent": GOOGLEBOT, "x-forwarded-for": REAL_GOOGLEBOT}
+        gate.url + "/showthread.php?t=78", headers={"user-agent": GOOGLEBOT_UA, "x-forwarded-for": REAL_GOOGLEBOT}
     )
     after = gate.stats()
     assert (fake.status_code, real.status_code) == (200, 200)
@@ -486,7 +466,7 @@ def _grew(before: dict[str, Any], after: dict[str, Any], figure: str) -> int:
 
 def test_valve_sheds_crawler_misses_while_the_site_is_saturated_never_people(tmp_path: Path) -> None:
     site = _start_site(tmp_path / "forum.sqlite3")
-    crawler = {"user-agent": GOOGLEBOT, "x-forwarded-for": REAL_GOOGLEBOT}
+    crawler = {"user-agent": GOOGLEBOT_UA, "x-forwarded-for": REAL_GOOGLEBOT}
     pool = ThreadPoolExecutor(max_workers=24)
     try:
         with serve_process(site.server.url, tmp_path / "gate", _gate_config(VALVE_CONFIG)) as url:
@@ -497,7 +477,7 @@ def test_valve_sheds_crawler_misses_while_the_site_is_saturated_never_people(tmp
 
             # The site's normal pace, and a page in the cache.
             for thread in range(1, 11):
-                assert get(f"/showthread.php?t={thread}", PERSON_HEADERS).headers["x-crawlergate"] == "pass"
+                assert get(f"/showthread.php?t={thread}", CURRENT_CHROME).headers["x-crawlergate"] == "pass"
             assert get("/showthread.php?t=1", crawler).headers["x-crawlergate"] == "miss"
             # The site stalls: 16 crawlers ask for pages no cache holds, all at once.
             site.origin.slow.set()
@@ -507,7 +487,7 @@ def test_valve_sheds_crawler_misses_while_the_site_is_saturated_never_people(tmp
             _wait_until(lambda: gate.stats()["valve"]["in_flight"] >= 4, "four fills in flight")
             _wait_until(lambda: sum(f.done() for f in crawling.values()) >= len(targets) - 4, "the others answered")
             # A person meanwhile gets through to the site; a crawler's cached page is still served.
-            person = pool.submit(get, "/showthread.php?t=50", PERSON_HEADERS)
+            person = pool.submit(get, "/showthread.php?t=50", CURRENT_CHROME)
             _wait_until(lambda: ("GET", "/showthread.php?t=50") in site.origin.since(mark), "the person at the site")
             cached = get("/showthread.php?t=1", crawler)
             assert (cached.status_code, cached.headers["x-crawlergate"]) == (200, "l1-hit")
@@ -536,7 +516,7 @@ def test_valve_sheds_crawler_misses_while_the_site_is_saturated_never_people(tmp
             # The site is fast again. Past the valve's window of its pace, with nothing in flight, the valve is closed:
             # stats say so (read before any crawler miss, which would look again) and the refused pages are filled.
             for _ in range(int(3 * VALVE_WINDOW_S / 0.25)):
-                assert get("/showthread.php?t=60", PERSON_HEADERS).headers["x-crawlergate"] == "pass"
+                assert get("/showthread.php?t=60", CURRENT_CHROME).headers["x-crawlergate"] == "pass"
                 time.sleep(0.25)
             valve_after = gate.stats()["valve"]
             for target in refused:

@@ -1,3 +1,6 @@
+"""The replay tools' HTTP client: connections kept alive across every body framing, reconnects after a close, and
+errors sorted by kind."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,3 +1,6 @@
+"""The gate's HTTP server protocol: heads too big or too slow refused, keep-alive and pipelining in order, requests
+RFC 9112 forbids refused with 400, and a crawler hit answered as the ASGI path would."""
+
 from __future__ import annotations
 
 import asyncio
@@ -16,6 +19,7 @@ from crawlergate.adapters.httpserver import HeadLimits, LimitedHttpToolsProtocol
 from crawlergate.adapters.proxy import create_app
 from crawlergate.config import L2Settings, PolicySettings, ServerSettings, Settings
 from tests.conftest import ServerThread
+from tests.visitors import GOOGLEBOT_LINES
 
 pytestmark = pytest.mark.e2e
 
@@ -180,9 +184,6 @@ def test_httpserver_ordinary_hosts_are_taken(server: ServerThread, host: bytes) 
     assert _exchange(server, b"GET / HTTP/1.1\r\nHost: " + host + b"\r\n\r\n").startswith(b"HTTP/1.1 200 ")
 
 
-GOOGLEBOT_HEAD = b"User-Agent: Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)\r\n"
-
-
 @pytest.fixture
 def gate(tmp_path: Path) -> Iterator[tuple[ServerThread, ServerThread]]:
     """``serve``'s app and protocol in front of a site with a slow page, as ``crawlergate serve`` runs them."""
@@ -229,7 +230,7 @@ def test_httpserver_answers_a_crawler_hit_in_the_protocol_as_the_asgi_way_would(
     gate: tuple[ServerThread, ServerThread],
 ) -> None:
     front, _ = gate
-    request = b"GET /t/1 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_HEAD + b"\r\n"
+    request = b"GET /t/1 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
     miss, hit = _answers(front.port, request, 1)[0], _answers(front.port, request, 1)[0]
     assert b"x-crawlergate: miss" in miss and b"x-crawlergate: l1-hit" in hit
     assert miss.partition(b"\r\n\r\n")[2] == hit.partition(b"\r\n\r\n")[2] == b"<html><body>/t/1</body></html>"
@@ -237,7 +238,7 @@ def test_httpserver_answers_a_crawler_hit_in_the_protocol_as_the_asgi_way_would(
     assert head[0].endswith(b"\r\n\r\n") and b"content-length: 30" in head[0]
     # HTTP/1.0: answered, then the connection closes.
     with socket.create_connection(("127.0.0.1", front.port), timeout=5) as raw:
-        raw.sendall(b"GET /t/1 HTTP/1.0\r\n" + GOOGLEBOT_HEAD + b"\r\n")
+        raw.sendall(b"GET /t/1 HTTP/1.0\r\n" + GOOGLEBOT_LINES + b"\r\n")
         answer = b""
         while chunk := raw.recv(65536):
             answer += chunk
@@ -261,7 +262,7 @@ def test_httpserver_a_refusal_to_head_sends_no_body_to_spill_into_the_next_answe
     )
     front = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol).start()
     try:
-        head = b"HEAD /t/9 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_HEAD + b"\r\n"
+        head = b"HEAD /t/9 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
         with socket.create_connection(("127.0.0.1", front.port), timeout=5) as raw:
             raw.sendall(head + head.replace(b"HEAD", b"GET"))
             received = b""
@@ -280,7 +281,7 @@ def test_httpserver_a_refusal_to_head_sends_no_body_to_spill_into_the_next_answe
 def test_httpserver_keeps_pipelined_answers_in_order(gate: tuple[ServerThread, ServerThread]) -> None:
     """A hit behind a slow answer still under way waits its turn: answers leave in the order asked."""
     front, _ = gate
-    hit = b"GET /t/2 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_HEAD + b"\r\n"
+    hit = b"GET /t/2 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
     _answers(front.port, hit, 1)
     person = b"GET /slow HTTP/1.1\r\nHost: a\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 "
     person += b"Firefox/120.0\r\nAccept: text/html\r\nAccept-Language: en\r\nSec-Fetch-Mode: navigate\r\n\r\n"

@@ -1,3 +1,6 @@
+"""Cache keys: URLs normalised so equal pages share one digest, tracking parameters dropped but never one that
+selects content, and site profiles (WordPress, MediaWiki) adding their own rules."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,3 +1,6 @@
+"""Access logs as servers really write them (nginx, Apache, IIS, CloudFront, JSON…): each format detected and read
+exactly, response times only where the log has them, and what is no log refused with the reason."""
+
 from __future__ import annotations
 
 import gzip
@@ -10,11 +13,9 @@ from crawlergate.errors import ConfigError
 from crawlergate.tools.logparse import LogReader, detect_format, make_format
 from crawlergate.tools.logrecord import LogRecord
 from tests.conftest import DATA
+from tests.visitors import BINGBOT_SHORT_UA, GOOGLEBOT_SHORT_UA, GOOGLEBOT_UA, YANDEXBOT_SHORT_UA
 
 FORMATS = DATA / "logs" / "formats"
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
-BINGBOT = "Mozilla/5.0 (compatible; bingbot/2.0)"
-YANDEX = "Mozilla/5.0 (compatible; YandexBot/3.0)"
 
 # Each file as a server writes it, what the detector must call it, and every request it holds.
 # Times: 2024-01-15 10:00:01 UTC is 1705312801.
@@ -31,7 +32,7 @@ EXPECTED = [
                 200,
                 5120,
                 "https://example.org/",
-                GOOGLEBOT,
+                GOOGLEBOT_UA,
                 None,
             ),  # noqa: E501
             LogRecord(
@@ -55,9 +56,9 @@ EXPECTED = [
         "nginx-timed-upstream.log",
         "nginx/Apache combined + 4 extra fields (response time in extra field 2, seconds)",
         [
-            LogRecord("203.0.113.9", 1705312801.0, "GET", "/a", 200, 5120, "", BINGBOT, 0.123),
-            LogRecord("203.0.113.9", 1705312802.0, "GET", "/b", 502, 157, "", BINGBOT, 30.001),
-            LogRecord("203.0.113.9", 1705312803.0, "GET", "/static/x.css", 200, 800, "", BINGBOT, 0.0),
+            LogRecord("203.0.113.9", 1705312801.0, "GET", "/a", 200, 5120, "", BINGBOT_SHORT_UA, 0.123),
+            LogRecord("203.0.113.9", 1705312802.0, "GET", "/b", 502, 157, "", BINGBOT_SHORT_UA, 30.001),
+            LogRecord("203.0.113.9", 1705312803.0, "GET", "/static/x.css", 200, 800, "", BINGBOT_SHORT_UA, 0.0),
         ],
         0,
         id="nginx-request-time-and-upstream-times",
@@ -86,8 +87,8 @@ EXPECTED = [
         "apache-vhost.log",
         "nginx/Apache vhost_combined (no response-time field)",
         [
-            LogRecord("192.0.2.10", 1705312801.0, "GET", "/wiki/Start", 200, 9000, "", YANDEX, None),
-            LogRecord("192.0.2.11", 1705312802.0, "GET", "/", 301, 230, "", YANDEX, None),
+            LogRecord("192.0.2.10", 1705312801.0, "GET", "/wiki/Start", 200, 9000, "", YANDEXBOT_SHORT_UA, None),
+            LogRecord("192.0.2.11", 1705312802.0, "GET", "/", 301, 230, "", YANDEXBOT_SHORT_UA, None),
         ],
         0,
         id="apache-vhost-combined",
@@ -178,7 +179,7 @@ EXPECTED = [
         "iis.log",
         "W3C extended (IIS, 15 fields)",
         [
-            LogRecord("203.0.113.9", 1705312801.0, "GET", "/default.aspx?id=7&x=1", 200, 0, "", GOOGLEBOT, 0.046),
+            LogRecord("203.0.113.9", 1705312801.0, "GET", "/default.aspx?id=7&x=1", 200, 0, "", GOOGLEBOT_UA, 0.046),
             LogRecord(
                 "198.51.100.7",
                 1705312802.0,
@@ -190,7 +191,7 @@ EXPECTED = [
                 "Mozilla/5.0 (Windows NT 10.0; Win64; x64) Chrome/120.0",
                 0.015,
             ),  # noqa: E501
-            LogRecord("203.0.113.9", 1705320001.0, "GET", "/news", 200, 5120, "", BINGBOT, 0.12),
+            LogRecord("203.0.113.9", 1705320001.0, "GET", "/news", 200, 5120, "", BINGBOT_SHORT_UA, 0.12),
         ],
         0,
         id="iis-plus-for-space-header-again-after-restart",
@@ -329,34 +330,32 @@ def test_logformats_truncated_gzip_keeps_everything_before_the_damage(
     assert "warning: the log ends early" in capsys.readouterr().err
 
 
-UA = "Mozilla/5.0 (compatible; Googlebot/2.1)"
-
-
 @pytest.mark.parametrize(
     ("line", "description", "duration"),
     [
         pytest.param(
-            f'1.2.3.4 - - [15/Jan/2024:10:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" "{UA}" 761 0.004 '
+            f'1.2.3.4 - - [15/Jan/2024:10:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" "{GOOGLEBOT_SHORT_UA}" 761 0.004 '
             "[default-web-80] [] 10.0.0.7:80 5 0.004 200 abc",
             "response time in extra field 2, seconds",
             0.004,
             id="ingress-nginx-request-length-then-request-time",
         ),
         pytest.param(
-            f'1.2.3.4 - - [15/Jan/2024:10:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" "{UA}" 1000 "forum@docker" '
-            '"http://10.0.0.7:80" 57ms',
+            f'1.2.3.4 - - [15/Jan/2024:10:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" "{GOOGLEBOT_SHORT_UA}" 1000 '
+            '"forum@docker" "http://10.0.0.7:80" 57ms',
             "response time in extra field 4, milliseconds",
             0.057,
             id="traefik-common-log",
         ),
         pytest.param(
-            f'1.2.3.4 - - [15/Jan/2024:10:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" "{UA}" 812 5120',
+            f'1.2.3.4 - - [15/Jan/2024:10:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" "{GOOGLEBOT_SHORT_UA}" 812 5120',
             "no response-time field",
             None,
             id="apache-bytes-in-and-out",
         ),
         pytest.param(
-            f'203.0.113.5, 10.0.0.2 - - [15/Jan/2024:10:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" "{UA}" 35',
+            '203.0.113.5, 10.0.0.2 - - [15/Jan/2024:10:00:01 +0000] "GET /a HTTP/1.1" 200 5 "-" '
+            f'"{GOOGLEBOT_SHORT_UA}" 35',
             "response time in extra field 1, microseconds",
             0.000035,
             id="forwarded-for-list-first-and-a-fast-percent-D",
@@ -376,12 +375,12 @@ def test_logformats_response_time_only_where_the_log_says(
 
 def test_logformats_nginx_msec_and_iso_times_in_a_text_format(tmp_path: Path) -> None:
     path = tmp_path / "msec.log"
-    path.write_text(f'1705312801.782 203.0.113.9 "GET / HTTP/1.1" 200 16197 "{UA}" 0.057\n')
+    path.write_text(f'1705312801.782 203.0.113.9 "GET / HTTP/1.1" 200 16197 "{GOOGLEBOT_SHORT_UA}" 0.057\n')
     spec = '$msec $remote_addr "$request" $status $body_bytes_sent "$http_user_agent" $request_time'
     (record,) = list(LogReader(path, spec))
     assert record.timestamp == pytest.approx(1705312801.782) and record.duration_s == 0.057
     iso = tmp_path / "iso.log"
-    iso.write_text(f'1.2.3.4 - - [2024-01-15T10:00:01+00:00] "GET / HTTP/1.1" 200 5 "-" "{UA}"\n')
+    iso.write_text(f'1.2.3.4 - - [2024-01-15T10:00:01+00:00] "GET / HTTP/1.1" 200 5 "-" "{GOOGLEBOT_SHORT_UA}"\n')
     (record,) = list(LogReader(iso))
     assert record.timestamp == 1705312801.0
 

@@ -1,3 +1,6 @@
+"""Reading a combined access log: lines parsed, malformed ones counted and skipped, gzip read by its content and
+kept up to the damage, and progress reported while streaming."""
+
 from __future__ import annotations
 
 import gzip

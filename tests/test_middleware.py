@@ -1,3 +1,6 @@
+"""The ASGI middleware in front of a site: crawlers served from L1 and L2 (gzip, 304, HEAD), people passed through
+and streamed, guest fills sanitised, one origin request for fifty misses, and stale pages when the origin is down."""
+
 from __future__ import annotations
 
 import asyncio
@@ -21,11 +24,11 @@ from crawlergate.metrics import Metrics
 from crawlergate.stores.disk import INDEX_FILE, LOADER_LOCK_FILE, DiskStore
 from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.owner import MARKER_FILE
-from tests.conftest import FIREFOX, MemcachedServer
+from tests.conftest import MemcachedServer
+from tests.visitors import FIREFOX, GOOGLEBOT
 
 pytestmark = pytest.mark.anyio
 
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 PAGE = "<html><body>" + "a forum thread " * 1200 + "</body></html>"
 
 

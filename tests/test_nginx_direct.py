@@ -20,11 +20,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from tests.conftest import FIREFOX, ServerThread, free_port, read_corpus, serve_process
+from tests.conftest import ServerThread, free_port, read_corpus, serve_process
+from tests.visitors import FIREFOX, GOOGLEBOT
 
 pytestmark = pytest.mark.e2e
 
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 DIRECT = "l2-hit; direct"
 
 

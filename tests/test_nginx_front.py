@@ -13,12 +13,12 @@ import httpx
 import pytest
 
 from crawlergate.demo.forum import create_forum
-from tests.conftest import FIREFOX, ServerThread, free_port, serve_process, wait_until_healthy
+from tests.conftest import ServerThread, free_port, serve_process, wait_until_healthy
+from tests.visitors import FIREFOX, GOOGLEBOT
 
 pytestmark = pytest.mark.e2e
 
 CONFIG = Path(__file__).parent.parent / "deploy" / "nginx" / "crawlergate.conf"
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 # Another loopback address, which the gate does not trust as a proxy (it trusts 127.0.0.1 and ::1): a visitor
 # from elsewhere, as far as nginx and the gate can tell.
 VISITOR = "127.0.0.2"

@@ -1,3 +1,6 @@
+"""The proxy's transport to the origin: bodies of unknown length streamed, read timeouts, and keep-alive connections
+the origin closed retried, never reused past a close that ended a body."""
+
 from __future__ import annotations
 
 import asyncio

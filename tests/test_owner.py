@@ -26,8 +26,8 @@ from crawlergate.errors import ConfigError
 from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.owner import MARKER_FILE, SITES_FOLDER, FolderOwner, claim_folder, read_owner, site_folder
 from tests.conftest import ServerThread, wait_until_healthy
+from tests.visitors import GOOGLEBOT
 
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 REPO = Path(__file__).resolve().parent.parent
 
 STARLETTE_PROJECT = """

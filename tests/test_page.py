@@ -1,3 +1,6 @@
+"""Stored pages: a deterministic gzip round trip, an ETag of the content alone, and a checksum that detects any
+damaged byte, metadata included."""
+
 from __future__ import annotations
 
 import gzip

@@ -33,9 +33,10 @@ import pytest
 from crawlergate.config import CacheSettings, Settings
 from crawlergate.keys import KeyMaker
 from tests.sites import php_sites
-from tests.sites.crawl import GOOGLEBOT, HITS, Crawl, crawl, no_cookies_client
+from tests.sites.crawl import HITS, Crawl, crawl, no_cookies_client
 from tests.sites.people import Person
 from tests.sites.processes import Service, run
+from tests.visitors import GOOGLEBOT
 
 pytestmark = pytest.mark.e2e
 

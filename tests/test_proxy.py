@@ -1,3 +1,6 @@
+"""The standalone proxy (`crawlergate serve`) in front of the demo forum: every method forwarded, cookies and
+redirects kept for people, cached pages for crawlers, and the serve process started, stopped and reported."""
+
 from __future__ import annotations
 
 import asyncio
@@ -23,20 +26,11 @@ from starlette.routing import Route
 from crawlergate.adapters.proxy import create_app
 from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
 from crawlergate.demo.forum import create_forum
-from tests.conftest import (
-    FIREFOX,
-    FIREFOX_LINES,
-    RawHttpServer,
-    ServerThread,
-    free_port,
-    proxy_thread,
-    serve_process,
-    wait_until_healthy,
-)
+from tests.conftest import RawHttpServer, ServerThread, free_port, proxy_thread, serve_process, wait_until_healthy
+from tests.visitors import FIREFOX, FIREFOX_LINES, GOOGLEBOT
 
 pytestmark = pytest.mark.e2e
 
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 MB = 1024 * 1024
 
 

@@ -27,11 +27,11 @@ from starlette.routing import Route
 
 from crawlergate.adapters.proxy import create_app
 from crawlergate.config import L2Settings, ServerSettings, Settings
-from tests.conftest import FIREFOX, FIREFOX_LINES, RawHttpServer, ServerThread, proxy_thread, serve_process
+from tests.conftest import RawHttpServer, ServerThread, proxy_thread, serve_process
+from tests.visitors import FIREFOX, FIREFOX_LINES, GOOGLEBOT, GOOGLEBOT_SMARTPHONE
 
 pytestmark = pytest.mark.e2e
 
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 HITS = ("l1-hit", "l2-hit")
 
 CLOSE_BODIES = {
@@ -268,12 +268,6 @@ def test_proxy_cached_answers_keep_the_origins_validator_refresh_and_ranges(tmp_
     assert (past.status_code, past.headers["content-range"]) == (416, f"bytes */{len(body)}")
     assert (several.status_code, several.content) == (200, body)
     assert (if_range.status_code, if_range.content) == (200, body)
-
-
-GOOGLEBOT_SMARTPHONE = {
-    "user-agent": "Mozilla/5.0 (Linux; Android 6.0.1; Nexus 5X Build/MMB29P) AppleWebKit/537.36 (KHTML, like Gecko) "
-    "Chrome/131.0.6778.204 Mobile Safari/537.36 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
-}
 
 
 def _dynamic_serving_site(fetched: list[str]) -> Starlette:

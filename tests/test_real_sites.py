@@ -34,17 +34,9 @@ import httpx
 import pytest
 
 from tests.sites import people, trac_site
-from tests.sites.crawl import (
-    CHROME,
-    GOOGLEBOT,
-    HITS,
-    Crawl,
-    crawl,
-    first_difference,
-    no_cookies_client,
-    normalise,
-)
+from tests.sites.crawl import HITS, Crawl, crawl, first_difference, no_cookies_client, normalise
 from tests.sites.processes import VENV_BIN, PortReservation, Service, free_port, run
+from tests.visitors import CHROME, GOOGLEBOT
 
 pytestmark = pytest.mark.e2e
 

@@ -48,10 +48,10 @@ from crawlergate.regenerate.window import Window, crontab_weekdays, quietest_hou
 from crawlergate.stores.disk import DiskStore
 from crawlergate.wiring import DIRTY_INDEX_FILE
 from tests.conftest import MemcachedServer, ServerThread
+from tests.visitors import GOOGLEBOT
 
 pytestmark = pytest.mark.anyio
 
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 TOKEN = "s3cret-token"
 # 2026-11-23 12:00 UTC: the windows below open at 04:00 UTC.
 NOON = datetime(2026, 11, 23, 12, 0, tzinfo=UTC).timestamp()

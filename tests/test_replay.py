@@ -1,3 +1,6 @@
+"""`crawlergate replay`: a log sent again to a server, counted by class, outcome and status, closed or open loop at
+the log's pace, and two runs compared in words."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,11 +20,9 @@ from crawlergate.config import ClassifySettings
 from crawlergate.tools.logparse import LogReader
 from crawlergate.tools.replay import ReplayRequest, replay, requests_from_log
 from tests.conftest import ServerThread, free_port
+from tests.visitors import FIREFOX_UA, GOOGLEBOT_UA
 
 pytestmark = pytest.mark.e2e
-
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
-FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
 
 
 def known_app() -> Starlette:
@@ -58,9 +59,9 @@ def _line(agent: str, target: str, second: int, method: str = "GET") -> str:
 @pytest.fixture
 def log(tmp_path: Path) -> Path:
     path = tmp_path / "access.log"
-    lines = [_line(GOOGLEBOT, f"/ok/{n}", n % 60) for n in range(30)]
-    lines += [_line(FIREFOX, f"/ok/{n}", n % 60) for n in range(20)]
-    lines += [_line(FIREFOX, "/missing", 1), _line(GOOGLEBOT, "/ok/post", 1, method="POST"), "garbage\n"]
+    lines = [_line(GOOGLEBOT_UA, f"/ok/{n}", n % 60) for n in range(30)]
+    lines += [_line(FIREFOX_UA, f"/ok/{n}", n % 60) for n in range(20)]
+    lines += [_line(FIREFOX_UA, "/missing", 1), _line(GOOGLEBOT_UA, "/ok/post", 1, method="POST"), "garbage\n"]
     path.write_text("".join(lines))
     return path
 
@@ -87,7 +88,7 @@ def test_replay_filters(log: Path) -> None:
 
 
 def test_replay_counts_errors_without_stopping() -> None:
-    requests = [ReplayRequest("GET", "/", FIREFOX, "human", 0.0)] * 3
+    requests = [ReplayRequest("GET", "/", FIREFOX_UA, "human", 0.0)] * 3
     result = asyncio.run(replay(requests, f"http://127.0.0.1:{free_port()}", concurrency=2, timeout_s=2))
     assert result.summary()["errors"] == 3 and result.samples == []
 
@@ -95,7 +96,7 @@ def test_replay_counts_errors_without_stopping() -> None:
 def test_replay_open_loop_shows_a_slow_server_queue(server: ServerThread, monkeypatch: pytest.MonkeyPatch) -> None:
     # 40 requests scheduled 5 ms apart to a server that takes 50 ms each and is allowed one at a
     # time: closed-loop timing would report ~50 ms each; counted from the schedule, latency grows.
-    requests = [ReplayRequest("GET", f"/slow/{n}", FIREFOX, "human", n * 0.005) for n in range(40)]
+    requests = [ReplayRequest("GET", f"/slow/{n}", FIREFOX_UA, "human", n * 0.005) for n in range(40)]
     from crawlergate.tools import replay as replay_module
 
     monkeypatch.setattr(replay_module, "MAX_IN_FLIGHT", 1)
@@ -106,7 +107,7 @@ def test_replay_open_loop_shows_a_slow_server_queue(server: ServerThread, monkey
 
 
 def test_replay_open_loop_keeps_the_log_pace(server: ServerThread) -> None:
-    requests = [ReplayRequest("GET", f"/ok/{n}", FIREFOX, "human", n * 0.1) for n in range(6)]
+    requests = [ReplayRequest("GET", f"/ok/{n}", FIREFOX_UA, "human", n * 0.1) for n in range(6)]
     started = time.perf_counter()
     asyncio.run(replay(requests, server.url, speed=2.0))
     assert time.perf_counter() - started >= 0.25  # 0.5 s of log at twice the speed
@@ -225,7 +226,7 @@ def test_replay_sends_targets_as_the_wire_needs_them() -> None:
 def test_replay_open_loop_sorts_a_log_out_of_time_order(server: ServerThread) -> None:
     # Apache stamps a request when it began and writes it when it ended; rotated logs get joined.
     offsets = [5.0, 1.0, 6.0, -86_400.0, 2.0]
-    requests = [ReplayRequest("GET", f"/ok/{n}", FIREFOX, "human", offset) for n, offset in enumerate(offsets)]
+    requests = [ReplayRequest("GET", f"/ok/{n}", FIREFOX_UA, "human", offset) for n, offset in enumerate(offsets)]
     result = asyncio.run(replay(requests, server.url, speed=200_000.0))
     summary = result.summary()
     assert summary["human"]["count"] == 5 and summary["errors"] == 0
@@ -235,7 +236,7 @@ def test_replay_open_loop_sorts_a_log_out_of_time_order(server: ServerThread) ->
 def test_replay_class_that_only_failed_shows_no_time(capsys: pytest.CaptureFixture[str]) -> None:
     from crawlergate.tools.replay import format_summary
 
-    requests = [ReplayRequest("GET", "/", GOOGLEBOT, "crawler", 0.0)] * 2
+    requests = [ReplayRequest("GET", "/", GOOGLEBOT_UA, "crawler", 0.0)] * 2
     result = asyncio.run(replay(requests, f"http://127.0.0.1:{free_port()}", concurrency=1, timeout_s=2))
     text = format_summary([result])
     assert "crawler TTFB p50 (ms)" in text and "n/a" in text

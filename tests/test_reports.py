@@ -21,10 +21,7 @@ from crawlergate.tools.report import bar_chart, line_chart
 from crawlergate.tools.simulate import POLICIES, Trace, run_simulation
 from crawlergate.tools.simulatereport import report_html as simulate_html
 from tests.browser import chromium, has_horizontal_scroll, screenshot
-
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
-BINGBOT = "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)"
-FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
+from tests.visitors import BINGBOT_UA, FIREFOX_UA, GOOGLEBOT_UA
 
 
 @pytest.fixture(scope="module")
@@ -184,9 +181,9 @@ def test_report_analyze_marks_the_off_peak_hour(browser: Any, tmp_path: Path) ->
     lines = []
     for hour in range(24):
         humans = 1 if hour == 4 else 6 + hour % 7  # the trough is at four in the morning
-        lines += [_line(FIREFOX, f"/t/{n}", hour, n, 2_000) for n in range(humans)]
-        lines += [_line(GOOGLEBOT, f"/t/{hour * 2 + n}", hour, 10 * n, 160_000) for n in range(2)]
-        lines += [_line(BINGBOT, f"/t/{hour}", hour, 30, 90_000)]
+        lines += [_line(FIREFOX_UA, f"/t/{n}", hour, n, 2_000) for n in range(humans)]
+        lines += [_line(GOOGLEBOT_UA, f"/t/{hour * 2 + n}", hour, 10 * n, 160_000) for n in range(2)]
+        lines += [_line(BINGBOT_UA, f"/t/{hour}", hour, 30, 90_000)]
     lines.append(_line("Agent/" + "x" * 400, "/t/1", 5, 50, 100))  # a cell that must wrap, not widen the page
     classifier = Classifier.from_settings(ClassifySettings())
     profile = profile_log(LogReader(_analyze_log(tmp_path, lines)), classifier)

@@ -1,3 +1,6 @@
+"""The shipped rule files and site profiles load; files merge in order, and a broken one is named with its file and
+line."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -18,10 +18,10 @@ from crawlergate.config import CacheSettings, L2Settings, LogSettings, Regenerat
 from crawlergate.demo.forum import create_forum
 from crawlergate.demo.seed import seed_database
 from crawlergate.wiring import GateRuntime
-from tests.conftest import FIREFOX, ServerThread
+from tests.conftest import ServerThread
+from tests.visitors import FIREFOX, GOOGLEBOT
 
 pytestmark = pytest.mark.e2e
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 
 
 def open_parts(runtime: GateRuntime) -> list[str]:

@@ -37,13 +37,9 @@ from crawlergate.suspect.agents import Operators, load_operators
 from crawlergate.suspect.keydirectory import DIRECTORY_PATH, KeyDirectories, thumbprint
 from crawlergate.suspect.signatures import SignatureCheck, SignedAgents
 from crawlergate.wiring import build_core
-from tests.conftest import FIREFOX, ServerThread, serve_process
+from tests.conftest import ServerThread, serve_process
+from tests.visitors import CHATGPT_AGENT_UA, FIREFOX, raw_headers
 
-# ChatGPT agent's user agent: a desktop Chrome's.
-CHROME = (
-    "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
-    "Chrome/138.0.0.0 Safari/537.36"
-)
 # The site's public URL: the authority every signature of these tests is made for.
 PUBLIC = "https://forum.example"
 COVERED = ("@authority", "@method", "@path", "signature-agent")
@@ -421,7 +417,7 @@ def test_serve_gives_a_verified_agent_its_policy_and_counts_it(
     config += f'directory_ca_file = "{served.ca_file}"\n'
     config += "[regenerate]\nenabled = false\n"
     # The site's public name, as a TLS proxy in front would pass it on; the agent signs for it.
-    browser = {**FIREFOX, "user-agent": CHROME, "host": "forum.example"}
+    browser = {**FIREFOX, "user-agent": CHATGPT_AGENT_UA, "host": "forum.example"}
     signed_for = "https://forum.example/showthread.php?t=3"
     try:
         with serve_process(forum.url, tmp_path / "gate", config) as base:
@@ -485,7 +481,7 @@ def test_signatures_are_not_believed_without_the_sites_public_url(
     served, origin = directory
     agents_file = tmp_path / "agents.toml"
     agents_file.write_text(f'[[operator]]\nname = "Test agent"\norigin = "{origin}"\n')
-    browser = [(name.encode(), value.encode()) for name, value in {**FIREFOX, "user-agent": CHROME}.items()]
+    browser = raw_headers({**FIREFOX, "user-agent": CHATGPT_AGENT_UA})
     for public_url, expected in (("", "human"), ("https://forum.example", "suspect")):
         overrides = {
             "l2.cache_dir": str(tmp_path / "l2"),
@@ -526,7 +522,7 @@ def test_serve_a_directory_that_hangs_holds_no_signed_request(directory: tuple[D
     agents_file.write_text(f'[[operator]]\nname = "Test agent"\norigin = "{origin}"\n')
     config = f'[server]\npublic_url = "https://forum.example"\n[verify]\nagents_file = "{agents_file}"\n'
     config += f'directory_ca_file = "{served.ca_file}"\n[regenerate]\nenabled = false\n'
-    browser = {**FIREFOX, "user-agent": CHROME, "host": "forum.example"}
+    browser = {**FIREFOX, "user-agent": CHATGPT_AGENT_UA, "host": "forum.example"}
     took: dict[str, list[float]] = {"signed": [], "unsigned": []}
     try:
         with serve_process(forum.url, tmp_path / "gate", config) as base, httpx.Client() as client:

@@ -1,3 +1,6 @@
+"""`crawlergate simulate`: the cache policies (LRU, Belady's MIN, CLOCK, random, static…) on textbook strings and
+traces, bounded in bytes, and the size sweep with its knee."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +15,10 @@ from crawlergate.config import ClassifySettings
 from crawlergate.keys import KeyMaker
 from crawlergate.rules import default_rules_dir, load_cache_rules
 from crawlergate.tools.simulate import POLICIES, Trace, knee, load_trace, parse_trace, simulate, size_sweep
+from tests.visitors import FIREFOX_UA, GOOGLEBOT_UA
 
 # Silberschatz, Operating System Concepts, the reference string of the page-replacement chapter.
 TEXTBOOK = [7, 0, 1, 2, 0, 3, 0, 4, 2, 3, 0, 3, 2, 1, 2, 0, 1, 7, 0, 1]
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
-FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
 
 
 def _trace(pages: list[int], crawler: list[int] | None = None, days: list[int] | None = None, size: int = 1) -> Trace:
@@ -127,14 +129,14 @@ def _line(agent: str, target: str, status: int = 200, size: int = 1000, method: 
 def test_parse_trace_keeps_cacheable_pages_and_counts_malformed(tmp_path: Path, parsing) -> None:
     log = tmp_path / "access.log"
     log.write_text(
-        _line(GOOGLEBOT, "/t/1?utm_source=x")
+        _line(GOOGLEBOT_UA, "/t/1?utm_source=x")
         + "garbage that is not a log line\n\n"
-        + _line(FIREFOX, "/t/1")
-        + _line(GOOGLEBOT, "/style.css")
-        + _line(GOOGLEBOT, "/t/2", status=500)
-        + _line(GOOGLEBOT, "/t/2", method="POST")
-        + _line(GOOGLEBOT, "/t/3", size=5000)
-        + _line(GOOGLEBOT, "/t/3", size=9000)
+        + _line(FIREFOX_UA, "/t/1")
+        + _line(GOOGLEBOT_UA, "/style.css")
+        + _line(GOOGLEBOT_UA, "/t/2", status=500)
+        + _line(GOOGLEBOT_UA, "/t/2", method="POST")
+        + _line(GOOGLEBOT_UA, "/t/3", size=5000)
+        + _line(GOOGLEBOT_UA, "/t/3", size=9000)
         + '1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET /t/4 HTTP/1.1" 200 10 "-" "cut'
     )
     trace = parse_trace(log, *parsing)
@@ -148,13 +150,13 @@ def test_parse_trace_keeps_cacheable_pages_and_counts_malformed(tmp_path: Path, 
 def test_parse_trace_admits_the_statuses_the_gate_stores(tmp_path: Path, parsing) -> None:
     log = tmp_path / "access.log"
     statuses = [200, 301, 302, 304, 308, 403, 404, 410, 500, 503]
-    log.write_text("".join(_line(GOOGLEBOT, f"/s/{status}", status=status) for status in statuses))
+    log.write_text("".join(_line(GOOGLEBOT_UA, f"/s/{status}", status=status) for status in statuses))
     assert parse_trace(log, *parsing).targets == ["/s/200", "/s/301", "/s/308", "/s/404", "/s/410"]
 
 
 def test_load_trace_reuses_the_cached_form(tmp_path: Path, parsing) -> None:
     log = tmp_path / "access.log"
-    log.write_text(_line(GOOGLEBOT, "/t/1") * 3)
+    log.write_text(_line(GOOGLEBOT_UA, "/t/1") * 3)
     first = load_trace(log, *parsing, cache_dir=tmp_path / "cache", rules_fingerprint="r1")
     cached = list((tmp_path / "cache").iterdir())
     assert len(cached) == 1
@@ -170,7 +172,7 @@ def test_cli_simulate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     from crawlergate.cli import main
 
     log = tmp_path / "access.log"
-    log.write_text("".join(_line(GOOGLEBOT if n % 3 else FIREFOX, f"/t/{n % 7}") for n in range(200)))
+    log.write_text("".join(_line(GOOGLEBOT_UA if n % 3 else FIREFOX_UA, f"/t/{n % 7}") for n in range(200)))
     out_json, out_html = tmp_path / "sim.json", tmp_path / "sim.html"
     argv = [
         "simulate",
@@ -211,7 +213,7 @@ def test_parse_trace_in_parallel_equals_one_pass(tmp_path: Path, parsing, monkey
     days = ["10/Oct/2000", "11/Oct/2000", "12/Oct/2000"]
     with log.open("w") as handle:
         for n in range(3000):
-            line = _line(GOOGLEBOT if n % 4 else FIREFOX, f"/t/{(n * 7) % 211}?page={n % 3}", size=100 + n % 50)
+            line = _line(GOOGLEBOT_UA if n % 4 else FIREFOX_UA, f"/t/{(n * 7) % 211}?page={n % 3}", size=100 + n % 50)
             handle.write(line.replace("10/Oct/2000", days[n * 3 // 3000]))
         handle.write("a malformed line\n")
     monkeypatch.setattr(simulate_module, "PARALLEL_MIN_BYTES", 0)

@@ -21,9 +21,8 @@ from crawlergate.adapters.proxy import create_server_app
 from crawlergate.config import AdminSettings, L2Settings, ServerSettings, Settings, SiteSettings, load_settings
 from crawlergate.demo.run import free_port
 from crawlergate.errors import ConfigError
-from tests.conftest import FIREFOX, ServerThread, wait_until_healthy
-
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
+from tests.conftest import ServerThread, wait_until_healthy
+from tests.visitors import FIREFOX, GOOGLEBOT
 
 
 def _site(name: str) -> ServerThread:

@@ -1,3 +1,6 @@
+"""Which answers the gate stores: guest pages only, each refusal named, lifetimes from the site or the defaults, and
+the stored page keeping what crawlers need and no cookie."""
+
 from __future__ import annotations
 
 import gzip

@@ -19,51 +19,18 @@ from crawlergate.suspect.policy import Action, Policy, load_policy
 from crawlergate.suspect.ranges import default_ranges_file, load_ranges, read_published
 from crawlergate.suspect.rdns import ReverseDns
 from crawlergate.suspect.sketch import BehaviourSketch, client_of, network_of
-
-CHROME_UA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
-FIREFOX_UA = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
-SAFARI_UA = (
-    "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) "
-    "Version/17.6 Safari/605.1.15"
+from tests.visitors import (
+    CHROME_NAVIGATION,
+    CHROME_UA,
+    EDGE_UA,
+    FIREFOX_NAVIGATION,
+    FIREFOX_UA,
+    IE11_UA,
+    OLD_BROWSER_NAVIGATION,
+    OLD_SAFARI_UA,
+    SAFARI_UA,
+    SCRIPTED,
 )
-OLD_SAFARI_UA = (
-    "Mozilla/5.0 (iPhone; CPU iPhone OS 12_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
-    "Version/12.1.2 Mobile/15E148 Safari/604.1"
-)
-IE11_UA = "Mozilla/5.0 (Windows NT 10.0; WOW64; Trident/7.0; rv:11.0) like Gecko"
-EDGE_UA = CHROME_UA + " Edg/131.0.0.0"
-
-# What each client sends on a page load, as measured (rules/evidence.toml lists them).
-CHROME_NAVIGATION = {
-    "accept": "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8",
-    "accept-language": "en-GB,en;q=0.9",
-    "accept-encoding": "gzip, deflate, br, zstd",
-    "sec-fetch-mode": "navigate",
-    "sec-fetch-dest": "document",
-    "sec-ch-ua": '"Google Chrome";v="131", "Chromium";v="131", "Not_A Brand";v="24"',
-}
-FIREFOX_NAVIGATION = {
-    "accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
-    "accept-language": "en-US,en;q=0.5",
-    "accept-encoding": "gzip, deflate, br, zstd",
-    "sec-fetch-mode": "navigate",
-    "sec-fetch-dest": "document",
-}
-OLD_BROWSER_NAVIGATION = {  # before fetch metadata (Safari before 16.4, Internet Explorer)
-    "accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
-    "accept-language": "en-us",
-    "accept-encoding": "gzip, deflate",
-}
-SCRIPTED = {
-    "curl": {"accept": "*/*"},
-    "urllib": {"accept-encoding": "identity"},
-    "httpx": {"accept": "*/*", "accept-encoding": "gzip, deflate, br, zstd"},
-    "aiohttp": {"accept": "*/*", "accept-encoding": "gzip, deflate, br"},
-    "requests": {"accept": "*/*", "accept-encoding": "gzip, deflate"},
-    "go": {"accept-encoding": "gzip"},
-    "wget": {"accept": "*/*", "accept-encoding": "identity"},
-    "node-fetch": {"accept": "*/*", "accept-language": "*", "accept-encoding": "gzip, deflate"},
-}
 
 
 @pytest.fixture(scope="module")

@@ -13,20 +13,12 @@ from crawlergate import CrawlerGateMiddleware, CrawlerGateWSGI
 from crawlergate.cli import main
 from crawlergate.config import load_settings
 from crawlergate.suspect.ranges import load_ranges
-from tests.conftest import FIREFOX, ServerThread
-from tests.test_engine import GOOGLEBOT, Clock, Running, Site, _QuietHandler, _ThreadingServer
+from tests.conftest import ServerThread
+from tests.test_engine import Clock, Running, Site, _QuietHandler, _ThreadingServer
+from tests.visitors import BYTESPIDER, FIREFOX, GOOGLEBOT, GPTBOT, SUSPECT, UPTIME_ROBOT
 
 pytestmark = pytest.mark.e2e
 
-CHROME_UA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
-CURL_AS_CHROME = {"user-agent": CHROME_UA, "accept": "*/*"}
-UPTIME_ROBOT = {"user-agent": "Mozilla/5.0+(compatible; UptimeRobot/2.0; http://www.uptimerobot.com/)"}
-BYTESPIDER = {
-    "user-agent": "Mozilla/5.0 (Linux; Android 5.0) AppleWebKit/537.36 (compatible; Bytespider; spider@b.com)"
-}
-GPTBOT = {
-    "user-agent": "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; GPTBot/1.2; +https://openai.com/gptbot)"
-}
 POLICY = """
 [class]
 suspect = "cache"
@@ -91,11 +83,11 @@ def test_a_scraper_borrowing_a_browser_user_agent_gets_the_cache_a_member_never(
     judged: Running, tmp_path: Path
 ) -> None:
     with judged.client() as client:
-        first = client.get("/showthread.php?t=1", headers=CURL_AS_CHROME)
-        second = client.get("/showthread.php?t=1", headers=CURL_AS_CHROME)
+        first = client.get("/showthread.php?t=1", headers=SUSPECT)
+        second = client.get("/showthread.php?t=1", headers=SUSPECT)
         person = client.get("/showthread.php?t=1", headers=FIREFOX)
-        member = client.get("/showthread.php?t=1", headers={**CURL_AS_CHROME, "cookie": "sessionid=4.abc"})
-        asset = client.get("/static/forum.css", headers=CURL_AS_CHROME)  # not a page: the site's
+        member = client.get("/showthread.php?t=1", headers={**SUSPECT, "cookie": "sessionid=4.abc"})
+        asset = client.get("/static/forum.css", headers=SUSPECT)  # not a page: the site's
         stats = client.get("/_crawlergate/stats").json()
     assert [r.headers["x-crawlergate"] for r in (first, second, person, member, asset)] == [
         "miss",
@@ -147,7 +139,7 @@ def test_without_evidence_people_by_user_agent_pass_as_before(tmp_path: Path) ->
     running, server = _start("asgi", tmp_path, {"evidence.enabled": False})
     try:
         with running.client() as client:
-            answer = client.get("/showthread.php?t=1", headers=CURL_AS_CHROME)
+            answer = client.get("/showthread.php?t=1", headers=SUSPECT)
     finally:
         _stop(running, server)
     assert answer.headers["x-crawlergate"] == "pass"
@@ -205,7 +197,7 @@ def test_policy_command_denies_the_families_robots_txt_shuts_out(
 
 def test_a_url_that_escaping_makes_too_long_is_refused_not_passed_unjudged(judged: Running) -> None:
     with judged.client() as client:
-        answer = client.get("/member.php?u=1&x=" + '"' * 2800, headers=CURL_AS_CHROME)
+        answer = client.get("/member.php?u=1&x=" + '"' * 2800, headers=SUSPECT)
     assert answer.status_code == 414 and judged.fetches("/member.php") == 0
 
 

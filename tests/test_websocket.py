@@ -1,3 +1,6 @@
+"""WebSockets through the proxy: messages both ways, closes from either side, headers and subprotocol forwarded,
+and a refusing, down, silent or oversized origin handled."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,11 +27,11 @@ from crawlergate.adapters.proxy import ReverseProxy, create_app
 from crawlergate.config import L2Settings, ServerSettings, Settings
 from crawlergate.demo.run import free_port
 from tests.conftest import ServerThread
+from tests.visitors import FIREFOX_UA
 
 pytestmark = pytest.mark.e2e
 
 MB = 1024 * 1024
-FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
 
 
 # (tag, close code, close reason, messages received) of each /echo?tag= connection, as the origin saw it.
@@ -221,7 +224,7 @@ def _headers_seen_by_origin(proxy: ServerThread, host: str, headers: dict[str, s
 
 def test_websocket_forwards_headers_path_and_query(proxy: ServerThread) -> None:
     headers = {
-        "User-Agent": FIREFOX,
+        "User-Agent": FIREFOX_UA,
         "Cookie": "session=abc",
         "Origin": "https://forum.example",
         "X-Forwarded-For": "203.0.113.7",
@@ -235,7 +238,7 @@ def test_websocket_forwards_headers_path_and_query(proxy: ServerThread) -> None:
     assert got["x-forwarded-proto"] == "http"
     assert got["x-forwarded-host"] == "forum.example:8443"
     assert got["host"] == "forum.example:8443"  # server.forward_host = "client", as over HTTP
-    assert (got["cookie"], got["origin"], got["user-agent"]) == ("session=abc", headers["Origin"], FIREFOX)
+    assert (got["cookie"], got["origin"], got["user-agent"]) == ("session=abc", headers["Origin"], FIREFOX_UA)
     # The handshake headers are the relay's own, once each, not the client's copies next to them.
     assert [names.count(name) for name in ("host", "upgrade", "connection", "sec-websocket-key")] == [1, 1, 1, 1]
     assert "sec-websocket-extensions" not in names

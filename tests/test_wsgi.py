@@ -1,3 +1,6 @@
+"""The WSGI middleware: fills made as an outside visitor of the public URL, people passed and their views
+prefetched, site failures as 502, and pages that vary by device cached per device."""
+
 from __future__ import annotations
 
 import threading
@@ -10,9 +13,7 @@ import pytest
 
 from crawlergate import CrawlerGateWSGI
 from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
-from tests.conftest import FIREFOX
-
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
+from tests.visitors import FIREFOX, GOOGLEBOT
 
 
 def render(path: str) -> tuple[int, list[tuple[str, str]], bytes]:

@@ -1,3 +1,6 @@
+"""The demo forum: a seeded, deterministic site whose pages, 404s, personal logged-in views and replies
+behave as a real forum's do."""
+
 from __future__ import annotations
 
 from pathlib import Path

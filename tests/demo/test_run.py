@@ -1,3 +1,6 @@
+"""`crawlergate demo` end to end at a small scale: the forum, the gate (with nginx in front too) and the
+comparison it prints, and its servers stopped on SIGTERM."""
+
 from __future__ import annotations
 
 import os

@@ -1,3 +1,6 @@
+"""The synthetic trace the demo replays has the paper's shape: its mix of crawlers and people, crawlers
+sweeping breadth first day and night, people on a daily curve and Zipf popularity, the same every run."""
+
 from __future__ import annotations
 
 from collections import Counter

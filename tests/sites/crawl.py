@@ -19,22 +19,8 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
-GOOGLEBOT_UA = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
-CHROME_UA = (
-    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"
-)
-GOOGLEBOT = {"user-agent": GOOGLEBOT_UA}
-# What Chrome sends on a page load (the gate's evidence looks for it): a person of these tests looks like one.
-CHROME = {
-    "user-agent": CHROME_UA,
-    "accept": "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8",
-    "accept-language": "en-GB,en;q=0.9",
-    "accept-encoding": "gzip, deflate",
-    "sec-ch-ua": '"Google Chrome";v="131", "Chromium";v="131", "Not_A Brand";v="24"',
-    "sec-fetch-dest": "document",
-    "sec-fetch-mode": "navigate",
-    "sec-fetch-site": "none",
-}
+from tests.visitors import GOOGLEBOT
+
 HITS = ("l1-hit", "l2-hit")
 
 CACHE_RULES = Path(__file__).resolve().parents[2] / "rules" / "cache.toml"

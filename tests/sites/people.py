@@ -15,8 +15,8 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from tests.sites import trac_site
-from tests.sites.crawl import CHROME, GOOGLEBOT
 from tests.sites.django_site import seed as django_seed
+from tests.visitors import CHROME, GOOGLEBOT
 
 UPLOAD_BYTES = 5 * 1024 * 1024
 

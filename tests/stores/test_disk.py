@@ -1,3 +1,6 @@
+"""The L2 disk store: pages in sharded folders under a size cap, evicted least recently served, kept whole
+through crashes, full disks, damaged indexes and several processes (forked ones too) sharing the folder."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,3 +1,6 @@
+"""The L1 memcached store against real memcached servers: pages spread over the servers, size limits, per-site
+namespaces, and a dead or restarted server backed off from and taken back."""
+
 from __future__ import annotations
 
 import pytest

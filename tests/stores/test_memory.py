@@ -1,3 +1,6 @@
+"""The in-process memory store: least-recently-used eviction counted in bytes, add and touch, and items over the
+limit skipped."""
+
 from __future__ import annotations
 
 from crawlergate.stores.memory import ENTRY_OVERHEAD_BYTES, MemoryStore

@@ -1,3 +1,6 @@
+"""Pages published for nginx to serve directly: written only with their L2 copy and safely, unpublished before they
+expire, and the direct log nginx writes counted across rotations."""
+
 from __future__ import annotations
 
 import json
