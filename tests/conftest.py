@@ -24,10 +24,6 @@ from crawlergate.classify import Classifier
 from crawlergate.config import CacheSettings, ClassifySettings, L2Settings, ServerSettings, Settings
 from crawlergate.demo.run import free_port
 
-# The visitors live in tests/visitors.py. These names stay importable from here for test_readme.py, which is
-# being rewritten elsewhere: drop them once it imports from tests.visitors.
-from tests.visitors import FIREFOX, FIREFOX_LINES, FIREFOX_UA  # noqa: F401
-
 DATA = Path(__file__).parent / "data"
 
 

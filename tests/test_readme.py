@@ -20,12 +20,11 @@ import pytest
 
 from crawlergate.cli import _parser
 from crawlergate.demo.run import free_port
-from tests.conftest import FIREFOX
+from tests.visitors import FIREFOX, GOOGLEBOT
 
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
-GOOGLEBOT = {"user-agent": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"}
 
 # Blocks another test or CI runs: the install line and the demo (tests/demo/test_run.py runs the demo; .ci/run
 # installs on a clean clone), the test command (.ci/run runs it).

@@ -76,20 +76,8 @@ def test_helpers_what_counts_as_a_visitor_constant(source: str, found: list[str]
     assert visitor_constants(source) == found
 
 
-# Modules still to move to tests/visitors.py, kept out of this change because others are rewriting them. Strict
-# xfail: once a module takes its visitors from tests/visitors.py its test passes, fails as XPASS, and the entry
-# must go.
-NOT_YET = {"test_readme.py": "it still defines its own crawler headers (rewritten with the README, issue 29)"}
-
-
-def _modules() -> list[object]:
-    return [
-        pytest.param(path, marks=pytest.mark.xfail(strict=True, reason=NOT_YET[path.name]))
-        if path.name in NOT_YET
-        else path
-        for path in sorted(TESTS.rglob("*.py"))
-        if path != VISITORS
-    ]
+def _modules() -> list[Path]:
+    return [path for path in sorted(TESTS.rglob("*.py")) if path != VISITORS]
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda path: str(path.relative_to(TESTS)))
