@@ -74,14 +74,17 @@ class Site:
         """
         parts = urlsplit(url)
         target = parts.path + (f"?{parts.query}" if parts.query else "")
+        # A fill sends no Accept-Language, so a site that negotiates (Trac, once Babel is installed: mkdocs-material
+        # brings it) gives its default language; the person asking here must not ask for another.
+        guest = {name: value for name, value in CHROME.items() if name != "accept-language"}
         if self.origin_url is None:
-            return httpx.get(self.gate_url + target, headers={**CHROME, **(headers or {})}, timeout=30)
+            return httpx.get(self.gate_url + target, headers={**guest, **(headers or {})}, timeout=30)
         forwarded = {
             "host": self.public_host,
             "x-forwarded-host": self.public_host,
             "x-forwarded-proto": urlsplit(self.public_url).scheme,
         }
-        return httpx.get(self.origin_url + target, headers={**CHROME, **forwarded, **(headers or {})}, timeout=30)
+        return httpx.get(self.origin_url + target, headers={**guest, **forwarded, **(headers or {})}, timeout=30)
 
     def logs(self) -> str:
         return "\n".join(
