@@ -109,3 +109,22 @@ def test_analyze_compares_hours_per_day_in_utc(tmp_path: Path) -> None:
     assert profile.off_peak_hour == 0
     assert profile.humans_per_day(0) == 40 and profile.humans_per_day(13) == 60
     assert profile.by_hour["human"][19] == 61  # 14:25 at -0500 is 19:25 UTC
+
+
+def test_analyze_counts_an_hour_without_requests_inside_the_log_as_quiet(tmp_path: Path) -> None:
+    # Two whole days of a small site: ten people an hour, none at all at 04:00, and 03:00 busy on the first day
+    # only. An hour the log spans is data even when nobody came: 04:00 is the quietest, 03:00 has 6 a day.
+    lines = []
+    for day in (10, 11):
+        for hour in range(24):
+            count = 0 if hour == 4 else 12 if hour == 3 and day == 10 else 0 if hour == 3 else 10
+            stamp = f"{day:02d}/Oct/2000:{hour:02d}:30:00 +0000"
+            lines += [
+                f'1.2.3.4 - - [{stamp}] "GET /t/{n} HTTP/1.1" 200 10 "-" "{FIREFOX_UA}" 100\n' for n in range(count)
+            ]
+    path = tmp_path / "small.log"
+    path.write_text("".join(lines))
+    profile = profile_log(LogReader(path), Classifier.from_settings(ClassifySettings()))
+    assert profile.hours_with_data() == list(range(24))
+    assert profile.off_peak_hour == 4
+    assert profile.humans_per_day(3) == 6 and profile.humans_per_day(12) == 10

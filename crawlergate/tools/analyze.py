@@ -202,17 +202,26 @@ class TraceProfile:
     pages_crawled: set[int] = field(default_factory=set)
     pages_by_family: dict[str, set[int]] = field(default_factory=dict)
     arrivals: dict[str, _Arrivals] = field(default_factory=dict)
-    # The days (since 1970, UTC) on which each hour of the day saw a request: a log that covers some
-    # hours on more days than others must compare them per day, not by totals.
-    hour_days: list[set[int]] = field(default_factory=lambda: [set() for _ in range(24)])
+    # The first and last hour (since 1970, UTC) the log holds: an hour of the day is covered on each day the
+    # log spans it, with or without requests, so a quiet hour of a small site counts as quiet, not as unknown,
+    # and a log that spans some hours on more days than others compares them per day, not by totals.
+    first_hour: int | None = None
+    last_hour: int | None = None
+
+    def days_covering(self, hour: int) -> int:
+        """How many times the log's span holds this hour of the day."""
+        if self.first_hour is None or self.last_hour is None:
+            return 0
+        first = self.first_hour + (hour - self.first_hour) % 24
+        return max(0, (self.last_hour - first) // 24 + 1)
 
     def hours_with_data(self) -> list[int]:
-        """Hours of the day with any request: an hour the log never covers says nothing about traffic."""
-        return [hour for hour in range(24) if self.hour_days[hour]]
+        """Hours of the day the log's span covers: an hour it never covers says nothing about traffic."""
+        return [hour for hour in range(24) if self.days_covering(hour)]
 
     def humans_per_day(self, hour: int) -> float:
         """Human requests in this hour of the day, on average over the days the log covers it."""
-        days = len(self.hour_days[hour])
+        days = self.days_covering(hour)
         return self.by_hour["human"][hour] / days if days else 0.0
 
     @property
@@ -248,9 +257,13 @@ def profile_log(records: Iterable[LogRecord], classifier: Classifier) -> TracePr
     for record in records:
         verdict = classify(record.user_agent)
         share.add(record, verdict)
-        hour = int(record.timestamp // 3600) % 24
+        since_epoch = int(record.timestamp // 3600)
+        hour = since_epoch % 24
         profile.by_hour[verdict.kind][hour] += 1
-        profile.hour_days[hour].add(int(record.timestamp // 86_400))
+        if profile.first_hour is None or since_epoch < profile.first_hour:
+            profile.first_hour = since_epoch
+        if profile.last_hour is None or since_epoch > profile.last_hour:
+            profile.last_hour = since_epoch
         page = hash(record.target)
         profile.pages_all.add(page)
         if verdict.is_crawler:
@@ -271,7 +284,7 @@ def format_profile(profile: TraceProfile, classifier: Classifier, top: int) -> s
     for hour in range(24):
         if hour in covered:
             counts = f"{profile.by_hour['human'][hour]:>10,}{profile.by_hour['crawler'][hour]:>10,}"
-            lines.append(f"{hour:>4}{counts}{len(profile.hour_days[hour]):>6}")
+            lines.append(f"{hour:>4}{counts}{profile.days_covering(hour):>6}")
         else:
             lines.append(f"{hour:>4}{'no data':>20}")
     off_peak = profile.off_peak_hour
@@ -346,8 +359,7 @@ def _hours_chart(profile: TraceProfile) -> str:
     off_peak = profile.off_peak_hour
     series: dict[str, list[float | None]] = {
         f"{kind}s": [
-            profile.by_hour[kind][hour] / len(profile.hour_days[hour]) if hour in covered else None
-            for hour in range(24)
+            profile.by_hour[kind][hour] / profile.days_covering(hour) if hour in covered else None for hour in range(24)
         ]
         for kind in ("human", "crawler")
     }
