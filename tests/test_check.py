@@ -119,3 +119,20 @@ def test_check_unreachable_origin_is_named_not_a_502_of_ours(capsys: pytest.Capt
     out = capsys.readouterr().out
     assert f"origin-error: the origin {origin} cannot be reached" in out
     assert "no-store" not in out and "answered 502" not in out
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        pytest.param('[regenerate]\nwindow = "61 3 * * *"\n', "It is no cron expression", id="cron"),
+        pytest.param('[cache]\nrules_file = "missing.toml"\n', "missing.toml", id="cache-rules"),
+    ],
+)
+def test_check_refuses_the_settings_serve_would_refuse(
+    site: ServerThread, tmp_path: Path, config: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An upgrade runs check against the new settings before it restarts the gate (docs: production).
+    (tmp_path / "gate.toml").write_text(config)
+    assert main(["check", f"{site.url}/page", "--config", str(tmp_path / "gate.toml")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -45,6 +45,15 @@ ORIGIN_PROBE_S = 2.0
 BACKLOG = 2048
 
 
+def check_site_settings(site: Settings, families: list[str]) -> None:
+    """Raise ConfigError for what a site's workers would refuse: a bad cron expression, broken cache rules,
+    profiles, evidence, policy or ranges files. Found here it is one line, not a traceback in each worker (which
+    would restart forever); `check` asks the same before an upgrade restarts the gate."""
+    check_window(site.regenerate)
+    KeyMaker.from_settings(site)
+    Judge.from_settings(site, Metrics(), families)
+
+
 def run_proxy(settings: Settings) -> int:
     """Check the settings, print where the proxy listens, and serve until a signal stops it."""
     server = settings.server
@@ -61,10 +70,7 @@ def run_proxy(settings: Settings) -> int:
     sites = [settings.for_site(site) for site in settings.sites] or [settings]
     stored = []
     for site in sites:
-        check_window(site.regenerate)  # a bad cron expression: one line now, not a traceback in each worker
-        # Broken cache rules, profiles, evidence, policy or ranges files, likewise (workers would restart forever).
-        KeyMaker.from_settings(site)
-        Judge.from_settings(site, Metrics(), families)
+        check_site_settings(site, families)
         claim_folder(site.cache_dir, site.folder_owner())  # another site's folder: one line, before anything
         cache = build_cache(site, Metrics())
         cache.start()  # creates and indexes L2, or fails loudly

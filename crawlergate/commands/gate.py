@@ -171,9 +171,15 @@ def _run_serve(args: argparse.Namespace) -> int:
 def _run_check(args: argparse.Namespace) -> int:
     import asyncio
 
+    from crawlergate.adapters.server import check_site_settings
     from crawlergate.check import check_page
+    from crawlergate.classify import Classifier
 
-    report = asyncio.run(check_page(settings_of(args, flag_overrides(args)).one_site(), args.url))
+    settings = settings_of(args, flag_overrides(args)).one_site()
+    check_site_settings(
+        settings, [family.name for family in Classifier.from_settings(settings.classify).ruleset.families]
+    )
+    report = asyncio.run(check_page(settings, args.url))
     if args.json:
         write_json("-", report.as_json())
     else:
