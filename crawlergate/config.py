@@ -75,22 +75,21 @@ class ServerSettings:
     trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")
     # WebSocket messages larger than this close the relayed connection (1009).
     websocket_max_message_bytes: int = 1024 * 1024
-    # A request's head (request line and headers) may hold this many bytes and headers, and must
-    # arrive within this time; past these it is refused (431) or its connection closed. nginx allows
-    # 4 x 8 KB of headers and waits 60 s; 64 KB and 10 s leave room for big cookies, not for slowloris.
+    # Bytes a request's head (request line and headers) may hold; past it, 431. With max_headers and
+    # header_timeout_seconds: nginx allows 4 x 8 KB of headers and waits 60 s; 64 KB and 10 s leave room
+    # for big cookies, not for slowloris.
     max_header_bytes: int = 64 * 1024
-    # Header lines a request may have (see max_header_bytes).
+    # Header lines a request may have; past it, 431 (see max_header_bytes).
     max_headers: int = 100
-    # Seconds a request's head may take to arrive (see max_header_bytes).
+    # Seconds a request's head may take to arrive; past it the connection is closed (see max_header_bytes).
     header_timeout_seconds: float = 10.0
     # Connections served at once by each worker; past this uvicorn answers 503 (its limit_concurrency).
     max_connections: int = 2048
     # Seconds an idle keep-alive connection is kept open.
     keep_alive_seconds: int = 5
-    # People's requests to the origin (serve): waiting for a connection, and the longest silence between two
-    # reads of the answer or two writes of the request body, never a total, so a 45 s export arrives whole
-    # (nginx's proxy_connect_timeout, proxy_read_timeout and proxy_send_timeout, with nginx's 60 s). Fills
-    # have their own total, cache.fill_timeout_seconds.
+    # People's requests to the origin (serve): seconds to wait for a connection (nginx's proxy_connect_timeout).
+    # With the read and send timeouts, never a total, so a 45 s export arrives whole (nginx's proxy_read_timeout
+    # and proxy_send_timeout, with nginx's 60 s); fills have their own total, cache.fill_timeout_seconds.
     origin_connect_timeout_seconds: float = 5.0
     # Longest silence between two reads of the origin's answer (see origin_connect_timeout_seconds).
     origin_read_timeout_seconds: float = 60.0
@@ -213,7 +212,7 @@ class L1Settings:
     max_bytes: int = 64 * 1024 * 1024
     # memcached's default item size limit (-I 1m).
     item_max_bytes: int = 1024 * 1024
-    # memcached connect and answer timeouts: past them the request goes on to L2.
+    # Milliseconds to connect to a memcached server; past it the request goes on to L2.
     connect_timeout_ms: float = 50.0
     # The longest wait for a memcached answer (see connect_timeout_ms).
     timeout_ms: float = 50.0
@@ -260,20 +259,20 @@ class CacheSettings:
 
     # Relative to classify.rules_dir (the shipped rules when empty), or absolute.
     rules_file: str = "cache.toml"
-    # Site profiles from rules/sites/ (trac, django, mediawiki, wordpress, dokuwiki, phpbb, discourse): their
-    # excluded paths, query parameters and session cookies are added to the rules.
+    # Site profiles from rules/sites/ (trac, django, mediawiki, wordpress, dokuwiki, phpbb, discourse,
+    # demo-forum): their excluded paths, query parameters and session cookies are added to the rules.
     sites: tuple[str, ...] = ()
     # "guest": a guest fill is stored despite Set-Cookie, private, no-cache, max-age=0 and Vary: Cookie,
-    # because a stored page only ever answers requests without a session (docs/guides/real-sites.md, "What is stored").
+    # because a stored page only ever answers requests without a session (docs/guides/real-sites.md).
     # "rfc9111": a strict shared cache, which stores none of those.
     storage_mode: Literal["guest", "rfc9111"] = "guest"
     # Origin headers stored with a page and sent with it; Set-Cookie and per-response headers never are.
     stored_headers: tuple[str, ...] = DEFAULT_STORED_HEADERS
     # How long a stored page is fresh; after that it is served stale and queued for regeneration.
     ttl_seconds: float = 86400.0
-    # Stored redirects (301/308) and gone pages (404/410) live shorter: they are cheap and may be mistakes.
+    # The lifetime of stored redirects (301/308): shorter than a page's, as they are cheap and may be mistakes.
     redirect_ttl_seconds: float = 3600.0
-    # The lifetime of stored 404 and 410 pages (see redirect_ttl_seconds).
+    # The lifetime of stored gone pages (404/410): short, for the same reasons as redirect_ttl_seconds.
     not_found_ttl_seconds: float = 600.0
     # The whole time a guest fill may take; past it the crawler gets a stored copy, else 504.
     fill_timeout_seconds: float = 30.0
@@ -311,7 +310,8 @@ class AdminSettings:
 
     # The path under which the dashboard and the admin endpoints answer.
     prefix: str = "/_crawlergate"
-    # Empty: admin endpoints answer loopback clients only.
+    # The bearer token that lets clients other than loopback reach the admin endpoints (invalidate always needs
+    # it); empty: loopback clients only. healthz answers everyone.
     token: str = ""
     # Addresses or networks whose HTTP PURGE requests mark pages changed (MediaWiki's $wgCdnServers,
     # WordPress's Proxy Cache Purge, Drupal's purge module send them). Others get 403.
@@ -423,7 +423,8 @@ class FrontSettings:
 class EvidenceSettings:
     """Crawlers behind browser user agents: the evidence that makes a request a suspect (rules/evidence.toml)."""
 
-    # Off: every request the user-agent rules call human gets the live site, as before issue 16.
+    # Judge requests by their headers and behaviour too (crawlers behind browser user agents); off: every
+    # request the user-agent rules call human gets the live site.
     enabled: bool = True
     # The evidence rules: a file in the rules folder, or a path of your own.
     rules_file: str = "evidence.toml"

@@ -82,3 +82,9 @@ def test_every_configuration_file_the_docs_show_loads(tmp_path: Path) -> None:
             config.load_settings(tmp_path / "shown.toml", {})
             shown += 1
     assert shown >= 4
+
+
+def test_the_copy_of_the_generated_pages_is_up_to_date() -> None:
+    for path, text in _reference().generated_pages().items():
+        copy = (ROOT / "docs" / path).read_text(encoding="utf-8")
+        assert copy == text, f"docs/{path} is behind the code: run `python docs/hooks/reference.py`"

@@ -1,8 +1,10 @@
-"""The reference pages, generated when the site is built: every setting from the settings definitions in
-``crawlergate/config.py`` (its type, default, environment variable, flag and the comment written above it),
-and every command from the real argument parser, so neither can drift from the code.
+"""The reference pages, generated: every setting from the settings definitions in ``crawlergate/config.py`` (its
+type, default, environment variable, flag and the comment written above it), and every command from the real
+argument parser, so neither can drift from the code.
 
-MkDocs loads this file as a hook (``mkdocs.yml``); ``tests/test_docs.py`` calls the same functions.
+MkDocs loads this file as a hook (``mkdocs.yml``) and builds the site from the pages as generated. A copy is
+kept in docs/reference/ so the pages read on a repository's web view too; ``tests/test_docs.py`` fails when the
+copy is behind, and ``python docs/hooks/reference.py`` writes it again.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import dataclasses
 import html
 import inspect
 import io
+import os
 import re
 import tokenize
 import typing
+from pathlib import Path
 from typing import Any
 
 from crawlergate import config
@@ -53,6 +57,17 @@ def field_comments(cls: type[Any]) -> dict[str, str]:
             pending = []
             previous_line = token.start[0]
     return comments
+
+
+def _size(value: int) -> str:
+    """A byte count as the settings accept it: binary units when it is a round number of them, else decimal."""
+    for unit, power in (("GiB", 3), ("MiB", 2), ("KiB", 1)):
+        if value % 1024**power == 0:
+            return f'`"{value // 1024**power}{unit}"`'
+    for unit, power in (("GB", 3), ("MB", 2), ("kB", 1)):
+        if value % 1000**power == 0:
+            return f'`"{value // 1000**power}{unit}"`'
+    return f"`{value}`"
 
 
 def _type_name(annotation: Any) -> str:
@@ -101,11 +116,12 @@ def settings_options() -> dict[str, list[Option]]:
                 continue
             default = field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
             key = f"{section}.{field.name}"
+            is_size = field.name.endswith("_bytes")
             rows.append(
                 Option(
                     key=key,
-                    type=_type_name(hints[field.name]),
-                    default=_default(default),
+                    type="size" if is_size else _type_name(hints[field.name]),
+                    default=_size(default) if is_size and default else _default(default),
                     variable="" if section == "sites" else f"`CRAWLERGATE_{section.upper()}_{field.name.upper()}`",
                     flags=tuple(flags.get(key, ())),
                     description=comments.get(field.name, ""),
@@ -119,10 +135,13 @@ def settings_page() -> str:
     lines = [
         "# Settings",
         "",
-        "Every setting crawlergate reads, generated from their definitions in `crawlergate/config.py` when this",
-        "site is built. A setting comes from the TOML file (`--config FILE`, or the file `CRAWLERGATE_CONFIG`",
-        "names), then from its environment variable, then from a command-line flag: the later one wins. Sizes",
-        'take units (`"64MB"`, `"1GiB"`); every default works on a laptop. See the',
+        "Every setting crawlergate reads, generated from their definitions in `crawlergate/config.py`, so they",
+        "cannot drift from the code. A setting comes from the TOML file (`--config FILE`, or the file",
+        "`CRAWLERGATE_CONFIG` names), then from its environment variable, then from a command-line flag: the",
+        "later one wins. A size",
+        "is a number of bytes or a number with a unit: `kB`, `MB`, `GB` are powers of 1000 (the paper's sizes),",
+        '`KiB`, `MiB`, `GiB` powers of 1024 (`"64MiB"` is 67,108,864 bytes). Lists are TOML lists in the file and',
+        "comma-separated in the environment. Every default works on a laptop. See the",
         "[configuration guide](../guides/configuration.md) for examples.",
         "",
     ]
@@ -159,31 +178,47 @@ def commands_page() -> str:
     lines = [
         "# Commands",
         "",
-        "Every `crawlergate` command with its `--help`, generated from the argument parser when this site is",
-        "built. Commands that take settings read them from `--config FILE` and `CRAWLERGATE_*` variables too",
+        "Every `crawlergate` command with its `--help`, generated from the argument parser, so it cannot",
+        "drift. Commands that take settings read them from `--config FILE` and `CRAWLERGATE_*` variables too",
         "(see [Settings](settings.md)).",
         "",
     ]
-    for name, command in _commands():
-        command.prog = name
-        summary = (command.description or "").strip().splitlines()
-        lines += [
-            f"## `{name}`",
-            "",
-            summary[0] if summary else "",
-            "",
-            "```text",
-            command.format_help().rstrip(),
-            "```",
-            "",
-        ]
+    # argparse wraps help to the terminal's width: a fixed one keeps the page the same on every machine.
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"
+    try:
+        for name, command in _commands():
+            command.prog = name
+            summary = (command.description or "").strip().splitlines()
+            help_text = command.format_help().rstrip()
+            lines += [f"## `{name}`", "", summary[0] if summary else "", "", "```text", help_text, "```", ""]
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
     return "\n".join(lines)
 
 
+def generated_pages() -> dict[str, str]:
+    """The generated pages by their path under docs/."""
+    return {SETTINGS_PAGE: settings_page(), COMMANDS_PAGE: commands_page()}
+
+
 def on_files(files: Any, config: Any) -> Any:
-    """MkDocs hook: add the two generated pages to the site."""
+    """MkDocs hook: the site takes the pages as generated now, whatever the copy in docs/reference/ holds."""
     from mkdocs.structure.files import File
 
-    for path, text in ((SETTINGS_PAGE, settings_page()), (COMMANDS_PAGE, commands_page())):
+    for path, text in generated_pages().items():
+        stale = files.get_file_from_path(path)
+        if stale is not None:
+            files.remove(stale)
         files.append(File.generated(config, path, content=text))
     return files
+
+
+if __name__ == "__main__":
+    docs = Path(__file__).resolve().parent.parent
+    for path, text in generated_pages().items():
+        (docs / path).write_text(text, encoding="utf-8")
+        print(f"wrote docs/{path}")
