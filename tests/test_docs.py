@@ -45,7 +45,7 @@ def test_the_settings_page_lists_every_setting_with_its_variable_and_default() -
     for key in _every_setting():
         assert f"| `{key}` |" in page, key
     assert "`CRAWLERGATE_SERVER_PUBLIC_URL`" in page and "`crawlergate serve --public-url`" in page
-    assert "| `l2.max_bytes` | integer | `1073741824` |" in page
+    assert '| `l2.max_bytes` | size | `"1GiB"` |' in page
 
 
 def test_the_commands_page_shows_every_command_with_its_help() -> None:
