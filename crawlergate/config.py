@@ -773,14 +773,16 @@ def _has_valid_port(url: str) -> bool:
 
 def load_settings(
     path: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] = os.environ,
+    environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> Settings:
     """Build Settings from a TOML file, then ``CRAWLERGATE_*`` variables, then dotted-key overrides.
 
-    The later source wins; settings serialised by ``Settings.to_environ`` come first of all. Raises
-    ConfigError with a sentence naming the key and the value.
+    ``environ`` is the process's environment when not given (a default of ``os.environ`` itself would print
+    every variable, secrets too, in ``help(load_settings)``). The later source wins; settings serialised by
+    ``Settings.to_environ`` come first of all. Raises ConfigError with a sentence naming the key and the value.
     """
+    environ = os.environ if environ is None else environ
     merged: dict[str, Any] = {}
     if environ.get(SETTINGS_VARIABLE):
         _merge(merged, _read_serialised(environ[SETTINGS_VARIABLE]), source=SETTINGS_VARIABLE)
