@@ -756,9 +756,9 @@ class Settings:
         return FolderOwner(server.public_url, server.origin, "" if self.site_url else app)
 
 
-def default_cache_root(environ: Mapping[str, str] = os.environ) -> Path:
-    """The per-user cache folder (XDG Base Directory specification)."""
-    xdg = environ.get("XDG_CACHE_HOME", "")
+def default_cache_root(environ: Mapping[str, str] | None = None) -> Path:
+    """The per-user cache folder (XDG Base Directory specification); ``environ``: the process's by default."""
+    xdg = (os.environ if environ is None else environ).get("XDG_CACHE_HOME", "")
     return Path(xdg) if xdg else Path.home() / ".cache"
 
 
