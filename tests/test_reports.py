@@ -124,7 +124,7 @@ def test_report_replay_compare(browser: Any, tmp_path: Path) -> None:
     headline = _headline(page)
     assert headline == comparison_headline(results)
     assert headline.startswith("Through crawlergate: crawlers ") and "× faster" in headline
-    assert "humans " in headline and "% faster" in headline and "× the throughput" in headline
+    assert "humans " in headline and "% lower TTFB" in headline and "× the throughput" in headline
     for kind in ("Crawler", "Human"):
         (index,) = _chart_index(page, f"{kind} TTFB")
         legend = page.find_elements("css selector", "[data-chart]")[index].text
@@ -159,7 +159,7 @@ def test_report_demo_beside_the_paper(browser: Any, tmp_path: Path) -> None:
     page = _open(browser, tmp_path, "demo", demo_report(experiment))
     assert "crawlers" in _headline(page) and "faster" in _headline(page)
     versus = page.find_element("css selector", "section table").text
-    assert "118× faster" in versus and "31 % faster" in versus and "1.84×" in versus
+    assert "118× faster" in versus and "31 % lower TTFB" in versus and "1.84×" in versus
     assert "95.0% of crawler requests" in page.find_element("tag name", "body").text
     (index,) = _chart_index(page, "Crawler TTFB, at the same load")
     legend = page.find_elements("css selector", "[data-chart]")[index].text

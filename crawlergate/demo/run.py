@@ -235,7 +235,7 @@ def _comparison(closed: list[ReplayResult], opened: list[ReplayResult], stats: d
             format_summary(closed),
             "",
             "2. at the same offered load (open loop, latency from the schedule)",
-            format_summary(opened),
+            format_summary(opened, same_load=True),
             "",
             "result, forum alone → behind crawlergate:",
             f"  throughput        {direct['throughput_rps']:,.1f} → {gated['throughput_rps']:,.1f} requests/s: "

@@ -299,8 +299,9 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
-def format_summary(results: Sequence[ReplayResult]) -> str:
-    """A table of throughput and TTFB per class for each target, with ratios when there are two."""
+def format_summary(results: Sequence[ReplayResult], *, same_load: bool = False) -> str:
+    """A table of throughput and TTFB per class for each target, with ratios when there are two; ``same_load``:
+    both were sent at one offered load, so their throughput is that load's and no ratio of it is given."""
     summaries = [result.summary() for result in results]
     lines = [f"{'':<26}" + "".join(f"{summary['label'][-28:]:>30}" for summary in summaries)]
 
@@ -320,8 +321,9 @@ def format_summary(results: Sequence[ReplayResult]) -> str:
         first, second = summaries
         name = second["label"]
         lines.append("")
-        throughput = rate_change(first["throughput_rps"], second["throughput_rps"])
-        lines.append(f"throughput: {name} served {throughput} than {first['label']}")
+        if not same_load:
+            throughput = rate_change(first["throughput_rps"], second["throughput_rps"])
+            lines.append(f"throughput: {name} served {throughput} than {first['label']}")
         for kind in ("crawler", "human"):
             a, b = first[kind]["ttfb_ms"]["mean"], second[kind]["ttfb_ms"]["mean"]
             lines.append(f"{kind}s: {name} answered {time_change(a, b)} ({a:,.2f} → {b:,.2f} ms mean TTFB)")
