@@ -77,7 +77,7 @@ def test_readme_command_parses_as_written(line: str) -> None:
 
 
 def test_every_block_of_the_readme_is_run_by_a_test() -> None:
-    run_here = ("mkdir -p site", "crawlergate serve --origin", "crawlergate analyze")
+    run_here = ('cd "$(mktemp -d)"', "crawlergate serve --origin", "crawlergate analyze")
     shown = [block.strip() for block in _blocks("sh")]
     assert sorted(shown) == sorted([*RUN_ELSEWHERE, *(_block("sh", start).strip() for start in run_here)])
     assert len(_blocks("python")) == 2
@@ -141,8 +141,8 @@ def _run_shell(block: str, cwd: Path, **environment: str) -> str:
 @pytest.mark.e2e
 def test_readme_try_it_with_curl_shows_a_crawler_a_suspect_and_a_person(tmp_path: Path) -> None:
     gate_port = free_port()
-    block = _with_ports(_block("sh", "mkdir -p site"), {"8000": free_port(), "8080": gate_port})
-    output = _run_shell(block, tmp_path, CRAWLERGATE_SERVER_PORT=str(gate_port))
+    block = _with_ports(_block("sh", 'cd "$(mktemp -d)"'), {"8000": free_port(), "8080": gate_port})
+    output = _run_shell(block, tmp_path, CRAWLERGATE_SERVER_PORT=str(gate_port), TMPDIR=str(tmp_path))
     assert re.findall(r"(?i)x-crawlergate: (\S+)", output) == ["miss", "l1-hit", "l1-hit", "pass"], output
     verdicts = re.findall(r'(?:miss|l1-hit|pass) "([^"]+)" "([^"]*)"', output)
     assert [verdict for verdict, _ in verdicts] == ["crawler:Googlebot", "crawler:Googlebot", "suspect:hidden", "human"]
