@@ -35,6 +35,8 @@
     text("l1-hits", count(crawler.l1_hits));
     text("l2-hits", count(crawler.l2_hits));
     text("direct-hits", count(crawler.direct_hits || 0));
+    // Direct hits exist only with nginx in front (front.direct_log); without it the part would always say 0.
+    document.getElementById("direct-part").hidden = !crawler.direct_hits;
     text("misses", count(crawler.misses));
     text("crawler-requests", count(crawler.requests));
     text("crawler-p50", ms(crawler.ttfb_ms.p50));
@@ -85,7 +87,7 @@
       return;
     }
     const width = Math.max(300, box.clientWidth);
-    if (!charts[id] || charts[id].width !== width) {
+    if (!charts[id] || charts[id].width !== width || charts[id].count !== series.length) {
       if (charts[id]) charts[id].plot.destroy();
       box.replaceChildren();
       const options = {
@@ -94,7 +96,7 @@
         axes: [{}, { values: yAxis.values, size: 60 }],
         legend: { live: false },
       };
-      charts[id] = { width: width, plot: new uPlot(options, data, box) };
+      charts[id] = { width: width, count: series.length, plot: new uPlot(options, data, box) };
     } else {
       charts[id].plot.setData(data);
     }
@@ -106,13 +108,18 @@
   function showSeries(points) {
     const t = points.map((p) => p.t);
     const ratio = (p, hits) => (p.crawler.lookups ? hits / p.crawler.lookups : null);
-    chart("chart-hits", [
+    const hitSeries = [
       { label: "L1", stroke: "#2563eb", width: 2 },
       { label: "L1 + L2", stroke: "#16a34a", width: 2 },
-      { label: "L1 + L2 + direct (nginx)", stroke: "#9333ea", width: 2 },
-    ], [t, points.map((p) => ratio(p, p.crawler.l1_hits)), points.map((p) => ratio(p, p.crawler.l1_hits + p.crawler.l2_hits)),
-      points.map((p) => ratio(p, p.crawler.l1_hits + p.crawler.l2_hits + (p.crawler.direct_hits || 0)))],
-    { scale: { range: [0, 1] }, values: (u, ticks) => ticks.map((v) => Math.round(v * 100) + " %") });
+    ];
+    const hitData = [t, points.map((p) => ratio(p, p.crawler.l1_hits)), points.map((p) => ratio(p, p.crawler.l1_hits + p.crawler.l2_hits))];
+    // The third line only once nginx in front has answered a crawler: without it, it would hide the second.
+    if (points.some((p) => p.crawler.direct_hits)) {
+      hitSeries.push({ label: "L1 + L2 + direct (nginx)", stroke: "#9333ea", width: 2 });
+      hitData.push(points.map((p) => ratio(p, p.crawler.l1_hits + p.crawler.l2_hits + (p.crawler.direct_hits || 0))));
+    }
+    chart("chart-hits", hitSeries, hitData,
+      { scale: { range: [0, 1] }, values: (u, ticks) => ticks.map((v) => Math.round(v * 100) + " %") });
     const pick = (kind, stat) => points.map((p) => (p[kind].ttfb_ms ? Math.max(p[kind].ttfb_ms[stat], 0.01) : null));
     chart("chart-ttfb", [
       { label: "crawler p50", stroke: "#2563eb", width: 2 },
