@@ -1,4 +1,5 @@
-"""How often to re-fetch pages whose changes nobody announces: Azar et al. (2018), in `seeds/`.
+"""How often to re-fetch pages whose changes nobody announces: Azar et al. (2018), "Tractable near-optimal
+policies for crawling".
 
 A page i is asked for by crawlers at rate μ_i (its utility) and changes, unannounced, at rate Δ_i.
 With a budget of R re-fetches per unit of time shared as rates ρ_i, the share of crawler requests
