@@ -45,12 +45,13 @@ ORIGIN_PROBE_S = 2.0
 BACKLOG = 2048
 
 
-def check_site_settings(site: Settings, families: list[str]) -> None:
+def check_site_settings(site: Settings) -> None:
     """Raise ConfigError for what a site's workers would refuse: a bad cron expression, broken cache rules,
     profiles, evidence, policy or ranges files. Found here it is one line, not a traceback in each worker (which
     would restart forever); `check` asks the same before an upgrade restarts the gate."""
     check_window(site.regenerate)
     KeyMaker.from_settings(site)
+    families = [family.name for family in Classifier.from_settings(site.classify).ruleset.families]
     Judge.from_settings(site, Metrics(), families)
 
 
@@ -66,11 +67,10 @@ def run_proxy(settings: Settings) -> int:
             "Give one site's --origin or several sites (--site HOST=ORIGIN, [[sites]]), not both: with several "
             "sites, server.other_hosts says what a request for another host gets."
         )
-    families = [family.name for family in Classifier.from_settings(settings.classify).ruleset.families]
     sites = [settings.for_site(site) for site in settings.sites] or [settings]
     stored = []
     for site in sites:
-        check_site_settings(site, families)
+        check_site_settings(site)
         claim_folder(site.cache_dir, site.folder_owner())  # another site's folder: one line, before anything
         cache = build_cache(site, Metrics())
         cache.start()  # creates and indexes L2, or fails loudly

@@ -173,12 +173,9 @@ def _run_check(args: argparse.Namespace) -> int:
 
     from crawlergate.adapters.server import check_site_settings
     from crawlergate.check import check_page
-    from crawlergate.classify import Classifier
 
     settings = settings_of(args, flag_overrides(args)).one_site()
-    check_site_settings(
-        settings, [family.name for family in Classifier.from_settings(settings.classify).ruleset.families]
-    )
+    check_site_settings(settings)
     report = asyncio.run(check_page(settings, args.url))
     if args.json:
         write_json("-", report.as_json())
