@@ -36,9 +36,11 @@ in uap-core's test_ua/test_os/PGTS lists, ua-parser's uas.js and top-user-agents
 (no browser grammar) in uap-core's or Matomo's podcasting lists, which polls feeds as feed readers
 do; ua-parser-js's media-player cases and the cases whose expected browser is a bot or a library; an
 unidentified or markup-laden PGTS entry; a headless browser, renderer, updater or system service
-named in it; and in user-agents' traffic samples, strings no browser's navigator.userAgent has (made
-up by scripts), self-declared tools in browser strings and made-up Chrome versions (counted, not
-listed: about 510,000 over all releases).
+named in it; an HTTP library, link checker, page capture, scanner, media centre, Office's link probe
+or Grub's crawler named in it (NAMED_PROGRAMS); self-declared tools in browser strings in
+user-agents' and top-user-agents' traffic samples; and in user-agents', strings no browser's
+navigator.userAgent has (made up by scripts) and made-up Chrome versions (counted, not listed:
+about 510,000 over all releases).
 
 CrawlerDetect's fixtures are deliberately not used: it is the comparison anchor of the measurements.
 """
@@ -267,7 +269,25 @@ SYSTEM_SERVICE = re.compile(
 )
 # Headless browsers and page renderers drive a browser engine for a program, not a person.
 AUTOMATION = re.compile(
-    r"headless|phantomjs|slimerjs|wkhtmlto|puppeteer|playwright|selenium|webdriver|lighthouse|pagespeed|ptst/", re.I
+    r"headless|phantomjs|slimerjs|wkhtmlto|puppeteer|playwright|selenium|webdriver|lighthouse|pagespeed|ptst/|"
+    r"functionize",
+    re.I,
+)
+# Programs that name themselves inside a device's or a browser's string, which parsers then take for the device:
+# an HTTP library ("… Mobile Safari/530.17 Google-HTTP-Java-Client/1.10.3-beta", IBM's load tester "RPT-HTTPClient",
+# "Pike HTTP client", a game's "JavaHttp", an app's "igmHttp/0.1"), a link checker, page capture or scanner ("Web
+# Link Validator 3.5", "WebSnapshot/1.0.0 … Electron", "… Safari/537.36 jsjcw_scanner"), a media centre that scrapes
+# metadata and fetches streams (XBMC, Kodi), Microsoft Office's probe of a link before the browser opens it
+# ("(compatible; ms-office; MSOffice 16)"), Grub's distributed crawler ("(compatible; grub-client-2.6.0)").
+NAMED_PROGRAMS = (
+    (re.compile(r"http[ -]?(?:java-)?client\b|httpclient|javahttp\b|\whttp/\d", re.I), "an HTTP library named in it"),
+    (
+        re.compile(r"link ?validator|link ?checker|websnapshot|\w_scanner\b", re.I),
+        "a link checker, page capture or scanner named in it",
+    ),
+    (re.compile(r"\bxbmc\b|\bkodi/", re.I), "a media centre named in it: it scrapes metadata and fetches streams"),
+    (re.compile(r"\(compatible; ms-office;", re.I), "Microsoft Office's probe of a link, before the browser opens it"),
+    (re.compile(r"grub-client", re.I), "Grub's distributed crawler named in it"),
 )
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -457,6 +477,10 @@ class Corpus:
         if SYSTEM_SERVICE.search(text):
             self.exclude(text, "a software updater or system service named in it", source, shipped)
             return
+        for pattern, reason in NAMED_PROGRAMS:
+            if pattern.search(text):
+                self.exclude(text, reason, source, shipped)
+                return
         assert kind in PEOPLE_KINDS, kind
         _add(self.people[text], (kind, source, shipped))
 
@@ -728,9 +752,10 @@ NAVIGATOR_SHAPE = re.compile(r"(?:Mozilla/5\.0|Opera/9\.80) \(")
 # name and version or a contact address after a browser's ("… Safari/604.1 MicroAdBot/1.1 (https://…/contact/)",
 # "… Site-Shot/2.1 (http://www.site-shot.com/) …", "(compatible;Impact Radius Compliance Bot) …"): no browser's
 # navigator.userAgent carries one unless a script set it; nor is "Mozilla/5.0 (compatible; AGU/0.8.4)" one: a browser
-# names its platform.
+# names its platform. A contact may come without its site: "(compatible; AirtableScripting; +undefined/developers/…)".
+# top-user-agents (microlink.io's API traffic) holds such programs too ("Mozilla/5.0 (compatible; Cloudinary/1.0)").
 SELF_DECLARED = re.compile(
-    r"like Gecko; compatible|; \+https?://|\(\+?https?://|[a-z]bot/\d|\(compatible;[^)]*\bbot\b|"
+    r"like Gecko; compatible|; \+(?:https?://|[a-z]+/)|\(\+?https?://|[a-z]bot/\d|\(compatible;[^)]*\bbot\b|"
     r"^Mozilla/5\.0 \(compatible; [^;()]*\)$",
     re.I,
 )
@@ -780,7 +805,10 @@ def add_top_user_agents(corpus: Corpus, cache: Path) -> None:
                     continue
                 source = f"top-user-agents:{device_kind}" if device_kind else "top-user-agents"
                 kind = refine_kind(text, device_kind or grammar_kind(text))
-                if kind == "app":
+                if SELF_DECLARED.search(text):
+                    reason = "top-user-agents: a program naming itself inside a browser string"
+                    corpus.exclude(text, reason, source, True)
+                elif kind == "app":
                     # microlink.io serves an API: its traffic holds runtimes and scripts beside browsers and apps.
                     corpus.exclude(text, UNTYPED_PROGRAM.format(name="top-user-agents"), source, True)
                 else:

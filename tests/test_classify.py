@@ -341,6 +341,12 @@ PEOPLE_TABLE = [
     pytest.param(
         "Mozilla/4.1 (compatible; Teleca Q7; BMP 1.0.1; U; en) 240X400 LG-AN510", id="phone-browser-without-an-os"
     ),
+    pytest.param("Futbol24 1.7.1/11 (samsung/GT-I9505; OS 18; 1080x1920@480; deu)", id="app-screen-size-and-density"),
+    pytest.param(
+        "Dalvik/1.6.0(Linux; U; Android 4.4.2; D6503 Sony/17.1.A.2.36) SonySelectSDK/999.999.999 TestClient/1.0",
+        id="android-app-stack-naming-a-test-client",
+    ),
+    pytest.param("APP-BE Test/1.0 (iPad; Apple; CPU iPhone OS 7_0_2 like Mac OS X)", id="ios-app-named-test"),
 ]
 
 
