@@ -427,6 +427,10 @@ def _misbehaving(method: bytes, path: bytes) -> bytes | list[bytes]:
         return page(SMUGGLED) + SMUGGLED
     if path == b"/cllong":  # more bytes than its Content-Length
         return page(b"hello") + b"hello" + SMUGGLED
+    if path == b"/cllong-head":  # more bytes than its Content-Length: the head of another answer, unfinished
+        return (
+            page(b"hello") + b"hello" + b"HTTP/1.1 302 Found\r\nLocation: http://evil.example/\r\nSet-Cookie: e=1\r\n"
+        )
     if path == b"/late":  # more bytes than its Content-Length, in a later write
         return [page(b"hi") + b"hi", SMUGGLED]
     if path == b"/cut-chunked":  # the origin dies mid-body
@@ -465,6 +469,23 @@ def test_proxy_leftover_bytes_of_an_origin_never_become_a_stored_page(
     assert home.text == "<p>page /home</p>" and victim.text == "<p>page /victim</p>"
     assert [answer.text for answer in again] == ["<p>page /home</p>", "<p>page /victim</p>"]
     assert all(answer.headers["x-crawlergate"] == "l1-hit" for answer in again)
+
+
+@pytest.mark.parametrize("path", ["/cllong", "/cllong-head"])
+def test_proxy_bytes_past_an_answers_length_never_join_it(raw_origin: RawHttpServer, tmp_path: Path, path: str) -> None:
+    """The answer ends where its Content-Length says, as nginx reads it: what follows in the same read, even the
+    head of another answer, adds no header and no byte to the page a crawler is served or a person gets."""
+    proxy = _proxy(raw_origin.url, tmp_path)
+    try:
+        with httpx.Client(base_url=proxy.url) as client:
+            filled, served = (client.get(path, headers=GOOGLEBOT) for _ in range(2))
+            person = client.get(path, headers=FIREFOX)
+    finally:
+        proxy.stop()
+    for answer in (filled, served, person):
+        assert answer.status_code == 200 and answer.content == b"hello"
+        assert "location" not in answer.headers and "set-cookie" not in answer.headers
+    assert [filled.headers["x-crawlergate"], served.headers["x-crawlergate"]] == ["miss", "l1-hit"]
 
 
 def test_proxy_bytes_an_origin_sends_late_never_become_the_next_fills_page(

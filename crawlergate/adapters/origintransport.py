@@ -25,6 +25,7 @@ out would be read as its answer).
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
@@ -32,6 +33,8 @@ from typing import NamedTuple
 
 import httptools
 import httpx
+
+logger = logging.getLogger(__name__)
 
 # Body bytes queued for the caller before the connection stops reading from the origin.
 _READ_HIGH_WATER = 256 * 1024
@@ -54,6 +57,10 @@ class OriginAddress(NamedTuple):
     def from_url(cls, url: httpx.URL) -> OriginAddress:
         port = url.port or (443 if url.scheme == "https" else 80)
         return cls(url.scheme, url.host, port, url.netloc)
+
+
+class _PastTheEnd(Exception):
+    """Raised from the parser's callback to stop it at bytes an origin sent after its answer ended."""
 
 
 class _Connection(asyncio.Protocol):
@@ -116,14 +123,23 @@ class _Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
+            if self._done and self._error is None:
+                # Bytes past the answer's end in the same read (more than its Content-Length): the answer stands
+                # as the protocol delimits it, the rest is never parsed, and the connection is not used again
+                # (nginx: "upstream sent more data than specified").
+                logger.warning("the origin %s sent more than its answer held; the rest was dropped", self.address.host)
+                self.reusable = False
+                self.abort()
+                return
             self._fail(httpx.RemoteProtocolError(f"the origin sent a malformed answer: {exc}"))
             self.abort()
 
     # httptools callbacks
     def on_message_begin(self) -> None:
-        if self._done:  # a second answer in the bytes of the first: the connection cannot be trusted again
-            self.reusable = False
-            self._keep_alive = False
+        if self._done:
+            # A second answer in the bytes of the first: parsing stops here, before its headers could join the
+            # answer's (they share the list handed out) or its body the answer's body.
+            raise _PastTheEnd
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
