@@ -20,7 +20,7 @@ import pytest
 from crawlergate import CrawlerGateMiddleware, CrawlerGateWSGI
 from crawlergate.config import AdminSettings, CacheSettings, L2Settings, Settings
 from tests.conftest import ServerThread
-from tests.visitors import FIREFOX, GOOGLEBOT
+from tests.visitors import FIREFOX, GOOGLEBOT, SCRIPTED
 
 pytestmark = pytest.mark.e2e
 
@@ -236,3 +236,24 @@ def test_engine_invalidate_purge_and_write_rules_mark_pages(running: Running) ->
     assert marked.json() == {"marked": 1} and purged.json() == {"marked": 1}
     assert reply.status_code == 303 and reply.headers["x-crawlergate"] == "pass"
     assert stats["dirty"] == 3  # t=6, t=7, t=8; never t=60
+
+
+def test_engine_a_programs_anonymous_write_marks_nothing(running: Running) -> None:
+    """A script's POST the site answers with 200 or 303 (a board answers a guest's post with "not allowed") is no
+    lever on the regeneration budget; a person's, with or without a session, marks."""
+    with running.client() as client:
+        for thread in ("8", "9"):
+            client.get(f"/showthread.php?t={thread}", headers=GOOGLEBOT)
+        scripted = client.post(
+            "/newreply.php", data={"t": "8"}, headers={"user-agent": "curl/8.5.0", **SCRIPTED["curl"]}
+        )
+        guest = client.post("/newreply.php", data={"t": "9"}, headers=FIREFOX)
+        client.cookies.clear()
+        stats = client.get("/_crawlergate/stats").json()
+        deadline = 50
+        while stats["dirty"] < 1 and deadline:  # a write rule marks off the request path
+            threading.Event().wait(0.05)
+            stats = client.get("/_crawlergate/stats").json()
+            deadline -= 1
+    assert scripted.status_code == guest.status_code == 303
+    assert stats["dirty"] == 1  # t=9 only

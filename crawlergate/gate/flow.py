@@ -415,7 +415,10 @@ class Passing:
             if not flow.cache.touch_local_l1(key):
                 flow.prefetcher.offer(key)
             return None
-        if request.method in flow.writes.methods and 200 <= self.status < 400:
+        # A program's anonymous write (curl, a script: a crawler's verdict) marks nothing: a board answers a guest's
+        # post with 200 "not allowed", and marks would be anyone's lever on the regeneration budget. A session's
+        # or a browser's write is a person's.
+        if request.method in flow.writes.methods and 200 <= self.status < 400 and decision.verdict.kind == "human":
             fields = form_fields(bytes(self.form)) if self.form is not None else None
             after_write = flow.invalidation.after_write
             return functools.partial(after_write, request.method, request.path, request.query, fields, self.location)
