@@ -288,6 +288,23 @@ def test_cli_stats_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
     assert "Cannot reach" in capsys.readouterr().err
 
 
+def test_cli_stats_and_invalidate_pointed_at_the_site_say_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """A site that answers 200 with HTML wherever it is asked: a wrong --url, said in a sentence."""
+    from crawlergate.cli import main
+
+    async def anything(request: Request) -> Response:
+        return Response("<p>the site</p>", media_type="text/html")
+
+    site = ServerThread(Starlette(routes=[Route("/{path:path}", anything, methods=["GET", "POST"])])).start()
+    try:
+        assert main(["stats", "--url", site.url.removeprefix("http://")]) == 2
+        assert "something other than crawlergate's JSON" in capsys.readouterr().err
+        assert main(["invalidate", "--url", site.url, "--token", "t", "/"]) == 2
+        assert "something other than crawlergate's JSON" in capsys.readouterr().err
+    finally:
+        site.stop()
+
+
 def site_app() -> Starlette:
     """A site that names its own address in redirects and redirects http to https, as real sites do."""
 

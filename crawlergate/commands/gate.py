@@ -188,7 +188,7 @@ def _run_stats(args: argparse.Namespace) -> int:
 
     import httpx
 
-    url = args.url.rstrip("/") + args.prefix + "/stats"
+    url = _gate_base(args.url) + args.prefix + "/stats"
     headers = {"authorization": f"Bearer {args.token}"} if args.token else {}
     if args.host:
         headers["host"] = args.host
@@ -196,10 +196,10 @@ def _run_stats(args: argparse.Namespace) -> int:
         try:
             response = httpx.get(url, headers=headers, timeout=5)
         except httpx.HTTPError as exc:
-            raise CrawlerGateError(f"Cannot reach {url}: {exc}.") from None
+            raise CrawlerGateError(f"Cannot reach {url}: {str(exc).rstrip('.')}.") from None
         if response.status_code != 200:
             raise CrawlerGateError(f"{url} answered {response.status_code}: {response.text.strip()[:200]}")
-        data = response.json()
+        data = _admin_json(response, url, "crawler")
         print(json.dumps(data, indent=2, sort_keys=True) if args.json else _format_stats(data), flush=True)
         if not args.watch:
             return EXIT_OK
@@ -412,6 +412,26 @@ def _run_regenerate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _gate_base(url: str) -> str:
+    """The gate's address as given, ``http://`` added when it names no scheme (``127.0.0.1:8080``)."""
+    return (url if "://" in url else "http://" + url).rstrip("/")
+
+
+def _admin_json(response: Any, url: str, field: str) -> dict[str, Any]:
+    """An admin endpoint's JSON object holding ``field``; a page of anything else (the site itself, a proxy's
+    error page) is a wrong address, said in one sentence."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or field not in data:
+        raise CrawlerGateError(
+            f"{url} answered 200 with something other than crawlergate's JSON: is it the gate's address "
+            "(and --prefix its admin prefix)?"
+        )
+    return data
+
+
 def _count(number: int, noun: str) -> str:
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
@@ -423,7 +443,7 @@ def _run_invalidate(args: argparse.Namespace) -> int:
         raise CrawlerGateError("Give the pages to mark: URL arguments, --pattern P, or both.")
     if not args.token:
         raise CrawlerGateError("invalidate needs the gate's admin token: set CRAWLERGATE_ADMIN_TOKEN or give --token.")
-    url = args.gate.rstrip("/") + args.prefix + "/invalidate"
+    url = _gate_base(args.gate) + args.prefix + "/invalidate"
     # With several sites behind the gate, each site marks its own pages: full URLs go to the site they name.
     by_host: dict[str | None, list[str]] = {}
     for page in args.urls:
@@ -437,10 +457,10 @@ def _run_invalidate(args: argparse.Namespace) -> int:
         try:
             response = httpx.post(url, json={"urls": pages, "patterns": patterns}, headers=headers, timeout=30)
         except httpx.HTTPError as exc:
-            raise CrawlerGateError(f"Cannot reach {url}: {exc}.") from None
+            raise CrawlerGateError(f"Cannot reach {url}: {str(exc).rstrip('.')}.") from None
         if response.status_code != 200:
             site = f" (Host {host})" if host else ""
             raise CrawlerGateError(f"{url}{site} answered {response.status_code}: {response.text.strip()[:200]}")
-        marked += response.json()["marked"]
+        marked += _admin_json(response, url, "marked").get("marked", 0)
     print(f"marked {marked:,} page(s) changed")
     return EXIT_OK
