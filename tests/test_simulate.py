@@ -147,6 +147,24 @@ def test_parse_trace_keeps_cacheable_pages_and_counts_malformed(tmp_path: Path, 
     assert (trace.lines, trace.malformed) == (10, 2)
 
 
+def test_parse_trace_sizes_a_page_by_its_first_answer_with_a_body(tmp_path: Path, parsing) -> None:
+    """A HEAD's 0 bytes is no size: a page that weighs nothing would never be evicted in the simulation."""
+    log = tmp_path / "access.log"
+    log.write_text(
+        _line(GOOGLEBOT_UA, "/t/1", size=0, method="HEAD")
+        + _line(GOOGLEBOT_UA, "/t/1", size=20_000)
+        + _line(GOOGLEBOT_UA, "/t/1", size=7)
+    )
+    assert list(parse_trace(log, *parsing).sizes) == [20_000]
+
+
+def test_parse_trace_takes_a_missing_user_agent_for_a_person(tmp_path: Path, parsing) -> None:
+    """ "-" is the log's "none", a person's as the gate, analyze and classify --log take it."""
+    log = tmp_path / "access.log"
+    log.write_text(_line("-", "/t/1") + _line(GOOGLEBOT_UA, "/t/1"))
+    assert list(parse_trace(log, *parsing).crawler) == [0, 1]
+
+
 def test_parse_trace_admits_the_statuses_the_gate_stores(tmp_path: Path, parsing) -> None:
     log = tmp_path / "access.log"
     statuses = [200, 301, 302, 304, 308, 403, 404, 410, 500, 503]
@@ -213,18 +231,21 @@ def test_parse_trace_in_parallel_equals_one_pass(tmp_path: Path, parsing, monkey
     days = ["10/Oct/2000", "11/Oct/2000", "12/Oct/2000"]
     with log.open("w") as handle:
         for n in range(3000):
-            line = _line(GOOGLEBOT_UA if n % 4 else FIREFOX_UA, f"/t/{(n * 7) % 211}?page={n % 3}", size=100 + n % 50)
+            size = 0 if n < 1500 and n % 5 == 0 else 100 + n % 50  # HEADs' zeros, their pages sized later
+            line = _line(GOOGLEBOT_UA if n % 4 else FIREFOX_UA, f"/t/{(n * 7) % 211}?page={n % 3}", size=size)
             handle.write(line.replace("10/Oct/2000", days[n * 3 // 3000]))
         handle.write("a malformed line\n")
     monkeypatch.setattr(simulate_module, "PARALLEL_MIN_BYTES", 0)
     one = parse_trace(log, *parsing, workers=1)
     three = parse_trace(log, *parsing, workers=3)
-    assert (one.targets, list(one.pages), one.crawler, one.day_runs) == (
+    assert (one.targets, list(one.pages), one.crawler, one.day_runs, one.sizes) == (
         three.targets,
         list(three.pages),
         three.crawler,
         three.day_runs,
+        three.sizes,
     )
+    assert all(one.sizes)
     assert one.day_runs == [(0, 0), (1000, 1), (2000, 2)]
     assert (three.lines, three.malformed) == (3001, 1)
 

@@ -95,7 +95,8 @@ def format_report(report: SimulationReport, policies: Sequence[str]) -> str:
     trace = report.trace
     lines = [
         f"{trace.requests:,} cacheable page requests ({trace.crawler_requests:,} from crawlers) "
-        f"to {trace.unique_pages:,} pages of {trace.total_bytes / 1e6:,.1f} MB in all",
+        f"to {trace.unique_pages:,} page{'' if trace.unique_pages == 1 else 's'} "
+        f"of {size_text(trace.total_bytes)} in all",
     ]
     if trace.sizes_assumed_bytes:
         lines.append(

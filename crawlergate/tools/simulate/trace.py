@@ -143,8 +143,9 @@ def parse_trace(
 ) -> Trace:
     """One pass over the log: cacheable GET/HEAD requests answered 200, as page numbers and class bits.
 
-    A page's size is the byte count of its first request in the log. A large plain log is cut into
-    byte ranges parsed by ``workers`` processes (default: one per core); a gzipped one is read in one.
+    A page's size is the byte count of its first answer with a body in the log (a HEAD's 0 is no size). A large
+    plain log is cut into byte ranges parsed by ``workers`` processes (default: one per core); a gzipped one is
+    read in one.
     """
     size = path.stat().st_size
     log_format = LogReader(path, log_format).format.spec  # detected once, from the start of the file
@@ -226,6 +227,10 @@ def _parse_part(
                 number = page_of[request] = _page_number(request, size, keys, numbers, targets, sizes)
             if number is None:
                 continue
+            if not sizes[number] and size.isdigit():
+                # A page first seen by a HEAD (or a line before the log gained its byte field) weighs what its
+                # first answer with a body says.
+                sizes[number] = int(size)
             # Lines share their time with the line before more often than not: the day is read when it changes.
             if when != last_when:
                 last_when = when
@@ -235,7 +240,10 @@ def _parse_part(
                     last_day = day
             bit = is_crawler.get(user_agent)
             if bit is None:
-                agent = user_agent.replace('\\"', '"') if "\\" in user_agent else user_agent
+                # "-" is the log's "none", which the gate takes for a person (analyze and classify --log do too).
+                agent = (
+                    user_agent.replace('\\"', '"') if "\\" in user_agent else "" if user_agent == "-" else user_agent
+                )
                 bit = is_crawler[user_agent] = 1 if classifier.classify(agent).is_crawler else 0
             add_page(number)
             add_class(bit)
@@ -289,6 +297,8 @@ def _merge(parts: list[_Part]) -> Trace:
                 number = numbers[target] = len(targets)
                 targets.append(target)
                 sizes.append(size)
+            elif not sizes[number]:
+                sizes[number] = size
             remap.append(number)
         for start, day in part.day_runs:
             if not day_runs or day_runs[-1][1] != day - first_day:  # a part may start within a day
