@@ -433,3 +433,22 @@ def test_logformats_unwritable_output_is_refused_before_reading(
     log = FORMATS / "nginx-timed-upstream.log"
     assert main(["analyze", str(log), "--json", str(tmp_path / "missing-folder" / "out.json")]) == 2
     assert "Cannot write" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("duration", "seconds"),
+    [
+        ("0.0025", 0.0025),  # duration_format "seconds", Caddy's default
+        ('"2.5ms"', 0.0025),  # "string": a Go duration
+        ('"1m2.5s"', 62.5),
+        ("2500000", 0.0025),  # "nano"
+    ],
+)
+def test_caddy_duration_formats(tmp_path: Path, duration: str, seconds: float) -> None:
+    line = (FORMATS / "caddy.json").read_text().splitlines()[0]
+    start = line.index('"duration":') + len('"duration":')
+    end = min(index for index in (line.find(",", start), line.find("}", start)) if index != -1)
+    log = tmp_path / "caddy.json"
+    log.write_text(line[:start] + duration + line[end:] + "\n")
+    (record,) = LogReader(log)
+    assert record.duration_s == pytest.approx(seconds)

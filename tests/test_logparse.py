@@ -157,3 +157,30 @@ def test_logparse_nginx_hex_escapes_are_undone() -> None:
     line = r'1.2.3.4 - - [10/Oct/2000:13:55:36 +0000] "GET /caf\xC3\xA9?q=\x22a\x22 HTTP/1.1" 200 5 "-" "UA \x22x\x22"'
     record = LogFormat("combined").parse(line)
     assert record is not None and record.target == '/café?q="a"' and record.user_agent == 'UA "x"'
+
+
+NGINX_TIMES = (
+    '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent"'
+)
+LINE_HEAD = '203.0.113.7 - - [11/Mar/2025:00:00:00 +0000] "GET /t/1 HTTP/1.1" 200 800 "-" "Googlebot/2.1"'
+
+
+@pytest.mark.parametrize(
+    ("fields", "values", "seconds"),
+    [
+        # $request_time is the whole request's, whatever the upstream tries after it say.
+        (" $request_time $upstream_response_time", " 2.500 0.001, 2.499", 2.5),
+        # Without it, the tries (", " between servers, " : " after an internal redirect) add up.
+        (" $upstream_response_time", " 0.001, 2.499 : 1.000", 3.5),
+        (" $upstream_response_time", " -", None),
+    ],
+)
+def test_logparse_nginx_request_and_upstream_times(fields: str, values: str, seconds: float | None) -> None:
+    record = LogFormat(NGINX_TIMES + fields).parse(LINE_HEAD + values)
+    assert record is not None and record.duration_s == seconds
+
+
+@pytest.mark.parametrize(("directive", "seconds"), [("%{ms}T", 2.5), ("%{us}T", 0.0025), ("%{s}T", 2500.0)])
+def test_logparse_apache_time_units(directive: str, seconds: float) -> None:
+    record = LogFormat('%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-Agent}i" ' + directive).parse(LINE_HEAD + " 2500")
+    assert record is not None and record.duration_s == seconds

@@ -59,7 +59,8 @@ class JsonFormat:
         self.spec = "json:" + ",".join(f"{field}={name}" for field, name in sorted(self.names.items()))
         self.has_duration = "duration" in self.names
         self.has_user_agent = "user_agent" in self.names
-        self.description = f"JSON lines ({_flavour(self.names)}, {len(self.names)} fields known)"
+        self.flavour = _flavour(self.names)
+        self.description = f"JSON lines ({self.flavour}, {len(self.names)} fields known)"
 
     @classmethod
     def from_spec(cls, spec: str, sample: str | None = None) -> JsonFormat:
@@ -169,11 +170,32 @@ class JsonFormat:
 
     def _duration(self, data: dict[str, Any]) -> float | None:
         value = self._get(data, "duration")
+        if isinstance(value, str) and value[-1:].isalpha():
+            return go_duration(value)  # Caddy's duration_format "string": "3.000000ms", "1m2.5s"
         try:
             seconds = float(_text(value))
         except ValueError:
             return None
-        return seconds / 1e9 if self.names.get("duration") in _NANOSECOND_DURATIONS else seconds
+        if self.names.get("duration") in _NANOSECOND_DURATIONS:
+            return seconds / 1e9
+        if type(value) is int and value >= 1000 and self.flavour == "Caddy":
+            # Caddy's duration_format "nano": an integer of nanoseconds (its seconds are a float, and a
+            # request of 1,000 s or more is not a page view).
+            return seconds / 1e9
+        return seconds
+
+
+# A Go duration's parts (time.Duration.String): "1h2m3.5s", "850µs", "3.000000ms".
+_GO_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|μs|ms|s|m|h)")
+_GO_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def go_duration(text: str) -> float | None:
+    """A Go duration string in seconds, or None when it is not one."""
+    parts = _GO_DURATION_PART.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        return None
+    return sum(float(number) * _GO_UNIT_SECONDS[unit] for number, unit in parts)
 
 
 def _flavour(names: Mapping[str, str]) -> str:
