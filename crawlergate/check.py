@@ -43,6 +43,8 @@ class CheckReport:
     set_aside: list[str] = field(default_factory=list)
     kept_headers: list[str] = field(default_factory=list)
     public_url_guessed: bool = False
+    # The answer's X-Crawlergate: a gate answered (the middleware in the app, or serve), not the site itself.
+    gate_outcome: str = ""
 
     @property
     def stored(self) -> bool:
@@ -65,6 +67,7 @@ class CheckReport:
             "reasons": [{"reason": label, "detail": detail} for label, detail in self.reasons],
             "stored_despite": self.set_aside if self.stored else [],
             "kept_headers": self.kept_headers,
+            "gate_outcome": self.gate_outcome or None,
         }
 
     def text(self) -> str:
@@ -73,6 +76,12 @@ class CheckReport:
             lines.append(
                 f"note: no --public-url (server.public_url): fills ask as guests of {self.public}; give the address "
                 "crawlers use, as serve needs it too"
+            )
+        if self.gate_outcome:
+            lines.append(
+                f"warning: a crawlergate gate answered (X-Crawlergate: {self.gate_outcome}), not the site itself: "
+                "what follows judges the gate's copy. Give --origin the application without the gate (its own "
+                "port, or the app run without the middleware)"
             )
         if self.status is not None:
             gzip_note = f", the site's gzip {self.site_gzip_bytes:,} bytes" if self.site_gzip_bytes is not None else ""
@@ -156,6 +165,7 @@ def _judge(report: CheckReport, response: OriginResponse, policy: StoragePolicy,
     report.content_type = response.header("content-type") or ""
     report.body_bytes = len(response.body)
     report.site_gzip_bytes = len(response.body_gz) if response.body_gz is not None else None
+    report.gate_outcome = response.header("x-crawlergate") or ""
     verdict = policy.judge(response, target, now=time.time())
     report.reasons += verdict.reasons
     report.set_aside = list(verdict.set_aside)

@@ -136,3 +136,22 @@ def test_check_refuses_the_settings_serve_would_refuse(
     assert main(["check", f"{site.url}/page", "--config", str(tmp_path / "gate.toml")]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_check_through_the_middleware_says_a_gate_answered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Pointed at an app wrapped by the middleware, check's guest request is a crawler's to the gate: it is
+    answered from the cache, so the report warns that it judges the gate's copy, not the site."""
+    from crawlergate import CrawlerGateMiddleware
+    from crawlergate.config import load_settings
+
+    settings = load_settings(environ={}, overrides={"l2.cache_dir": str(tmp_path / "l2")})
+    wrapped = ServerThread(CrawlerGateMiddleware(_site(), settings=settings)).start()
+    try:
+        main(["check", "/page", "--origin", wrapped.url, "--json"])
+        first = json.loads(capsys.readouterr().out)
+        main(["check", "/page", "--origin", wrapped.url])
+        text = capsys.readouterr().out
+    finally:
+        wrapped.stop()
+    assert first["gate_outcome"] == "miss"
+    assert "warning: a crawlergate gate answered (X-Crawlergate: l1-hit), not the site itself" in text
