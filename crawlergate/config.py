@@ -119,8 +119,10 @@ class ServerSettings:
             self.origin_requests_per_client,
             "Must be 0 (no limit) or more.",
         )
-        if self.origin and not (re.match(r"^https?://[^/\s]+", self.origin) and _has_valid_port(self.origin)):
+        if self.origin and not re.match(r"^https?://[^/\s]+", self.origin):
             _fail("server.origin", self.origin, "Must be an http:// or https:// URL, e.g. http://127.0.0.1:8000.")
+        if self.origin and not _has_valid_port(self.origin):
+            _fail("server.origin", self.origin, "Its port must be a number from 1 to 65535.")
         if self.canonical_host and not self.public_url:
             if not re.fullmatch(r"[^/\s:]+(:\d{1,5})?", self.canonical_host):
                 _fail("server.canonical_host", self.canonical_host, "Must be a host name, e.g. forum.example.org.")
@@ -873,8 +875,15 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
                 f"Environment variable '{name}' names no setting. Use CRAWLERGATE_<SECTION>_<KEY>, "
                 f"with SECTION one of {', '.join(_SECTIONS)}."
             )
+        if not value.strip() and _field_type(section, key).startswith(("int", "float", "bool", "Literal")):
+            continue  # "CRAWLERGATE_SERVER_WORKERS=" (a compose file's blank): unset, as no number or choice is blank
         flat[f"{section}.{key}"] = value
     return _unflatten(flat)
+
+
+def _field_type(section: str, key: str) -> str:
+    """The annotation of a setting, as written ("int", "str", ...); "" for no such setting."""
+    return next((str(f.type) for f in dataclasses.fields(_SECTIONS[section]) if f.name == key), "")
 
 
 def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:

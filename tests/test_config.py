@@ -34,6 +34,13 @@ def test_config_environment_lists_are_comma_separated() -> None:
     assert load_settings(None, environ).l1.memcached == ("127.0.0.1:11211", "127.0.0.1:11212")
 
 
+def test_config_blank_environment_numbers_and_choices_are_unset() -> None:
+    """A compose file's "CRAWLERGATE_SERVER_WORKERS=" leaves the default; a blank text or list stays blank."""
+    environ = {"CRAWLERGATE_SERVER_WORKERS": "", "CRAWLERGATE_CACHE_STORAGE_MODE": " ", "CRAWLERGATE_ADMIN_TOKEN": ""}
+    settings = load_settings(None, environ)
+    assert (settings.server.workers, settings.cache.storage_mode, settings.admin.token) == (1, "guest", "")
+
+
 @pytest.mark.parametrize(
     ("environ", "message"),
     [
@@ -41,6 +48,7 @@ def test_config_environment_lists_are_comma_separated() -> None:
         pytest.param({"CRAWLERGATE_SERVER_PORT": "http"}, "Setting 'server.port' has value 'http'", id="not-int"),
         pytest.param({"CRAWLERGATE_SERVER_PORT": "70000"}, "Must be a port number", id="port-range"),
         pytest.param({"CRAWLERGATE_SERVER_ORIGIN": "ftp://x"}, "Setting 'server.origin'", id="origin-scheme"),
+        pytest.param({"CRAWLERGATE_SERVER_ORIGIN": "http://127.0.0.1:99999"}, "port must be", id="origin-port"),
         pytest.param({"CRAWLERGATE_L1_MEMCACHED": "localhost"}, "HOST:PORT", id="memcached-format"),
         pytest.param({"CRAWLERGATE_ADMIN_PREFIX": "admin/"}, "Setting 'admin.prefix'", id="prefix"),
         pytest.param({"CRAWLERGATE_NOPE": "1"}, "names no setting", id="unknown-section"),
