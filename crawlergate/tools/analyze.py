@@ -112,7 +112,7 @@ def share_as_json(report: ShareReport, classifier: Classifier, top: int) -> dict
 
 def format_share(report: ShareReport, classifier: Classifier, top: int) -> str:
     """The report as the paper's Tables 1 and 2, plus the split per crawler family."""
-    lines = [f"{report.total.requests:,} requests"]
+    lines = [f"{report.total.requests:,} request{'' if report.total.requests == 1 else 's'}"]
     header = f"{'class':<10}{'requests':>14}{'share':>9}"
     if report.has_time:
         header += f"{'time (s)':>14}{'share':>9}"
