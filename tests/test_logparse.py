@@ -162,7 +162,6 @@ def test_logparse_nginx_hex_escapes_are_undone() -> None:
 NGINX_TIMES = (
     '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent"'
 )
-LINE_HEAD = '203.0.113.7 - - [11/Mar/2025:00:00:00 +0000] "GET /t/1 HTTP/1.1" 200 800 "-" "Googlebot/2.1"'
 
 
 @pytest.mark.parametrize(
@@ -176,11 +175,18 @@ LINE_HEAD = '203.0.113.7 - - [11/Mar/2025:00:00:00 +0000] "GET /t/1 HTTP/1.1" 20
     ],
 )
 def test_logparse_nginx_request_and_upstream_times(fields: str, values: str, seconds: float | None) -> None:
-    record = LogFormat(NGINX_TIMES + fields).parse(LINE_HEAD + values)
+    record = LogFormat(NGINX_TIMES + fields).parse(_line_head() + values)
     assert record is not None and record.duration_s == seconds
 
 
 @pytest.mark.parametrize(("directive", "seconds"), [("%{ms}T", 2.5), ("%{us}T", 0.0025), ("%{s}T", 2500.0)])
 def test_logparse_apache_time_units(directive: str, seconds: float) -> None:
-    record = LogFormat('%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-Agent}i" ' + directive).parse(LINE_HEAD + " 2500")
+    record = LogFormat('%h %l %u %t "%r" %>s %b "%{Referer}i" "%{User-Agent}i" ' + directive).parse(
+        _line_head() + " 2500"
+    )
     assert record is not None and record.duration_s == seconds
+
+
+def _line_head() -> str:
+    """A line's fields up to the user agent, which the time fields follow."""
+    return '203.0.113.7 - - [11/Mar/2025:00:00:00 +0000] "GET /t/1 HTTP/1.1" 200 800 "-" "Googlebot/2.1"'
