@@ -177,6 +177,13 @@ def test_httpserver_requests_rfc9112_forbids_are_refused_with_400(server: Server
     assert _exchange(server, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").startswith(b"HTTP/1.1 200 ")
 
 
+@pytest.mark.parametrize(("version", "status"), [(b"HTTP/2.0", b"505"), (b"HTTP/1.2", b"400"), (b"HTTP/3.0", b"400")])
+def test_httpserver_versions_it_does_not_speak_are_refused(server: ServerThread, version: bytes, status: bytes) -> None:
+    """ "GET / HTTP/2.0" in HTTP/1 text, without the Host an HTTP/1.1 request must have: 505, as nginx answers it
+    (the parser itself refuses the versions it does not know)."""
+    assert _exchange(server, b"GET / " + version + b"\r\n\r\n").startswith(b"HTTP/1.1 " + status + b" ")
+
+
 @pytest.mark.parametrize(
     "host", [b"forum.example.org", b"forum.example.org:8080", b"127.0.0.1:8080", b"[2001:db8::1]:443", b"[::1]"]
 )

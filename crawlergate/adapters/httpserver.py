@@ -186,6 +186,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._header_count > HeadLimits.max_headers:
             self._refuse_head()  # the request never reaches the app
             return
+        if self.parser.get_http_version() not in ("1.0", "1.1"):
+            # "GET / HTTP/2.0" in HTTP/1 text (or 1.2, 0.9-like majors): no version this server speaks, and one
+            # whose Host rules the checks below would not apply (nginx answers 505 too).
+            self._refuse(b"505 HTTP Version Not Supported", b"Only HTTP/1.0 and HTTP/1.1 are spoken here.\n")
+            return
         malformed = self._malformed()
         if malformed:
             self._refuse(b"400 Bad Request", malformed)
