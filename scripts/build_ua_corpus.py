@@ -259,27 +259,36 @@ SOURCES = {
 }
 
 MAX_CHARS = 1000
-# Updaters and system services fetch on the machine's schedule, not a person's (Matomo calls some "mobile apps"),
-# as do phones' SyncML sync and device-management clients ("Nokia SyncML HTTP Client", "LGE SyncML DM Client/3.0")
-# and their HTTP services ("HTC HTTP Service").
-SYSTEM_SERVICE = re.compile(
-    r"syncml|\bhttp service\b|update[- ]?agent|updater|\bwin upd\b|edge update|winsparkle|cryptoapi|"
-    r"delivery-optimization|sophosupdate|sophosagent|avginet",
-    re.I,
-)
-# Headless browsers and page renderers drive a browser engine for a program, not a person.
-AUTOMATION = re.compile(
-    r"headless|phantomjs|slimerjs|wkhtmlto|puppeteer|playwright|selenium|webdriver|lighthouse|pagespeed|ptst/|"
-    r"functionize",
-    re.I,
-)
-# Programs that name themselves inside a device's or a browser's string, which parsers then take for the device:
-# an HTTP library ("… Mobile Safari/530.17 Google-HTTP-Java-Client/1.10.3-beta", IBM's load tester "RPT-HTTPClient",
-# "Pike HTTP client", a game's "JavaHttp", an app's "igmHttp/0.1"), a link checker, page capture or scanner ("Web
-# Link Validator 3.5", "WebSnapshot/1.0.0 … Electron", "… Safari/537.36 jsjcw_scanner"), a media centre that scrapes
-# metadata and fetches streams (XBMC, Kodi), Microsoft Office's probe of a link before the browser opens it
-# ("(compatible; ms-office; MSOffice 16)"), Grub's distributed crawler ("(compatible; grub-client-2.6.0)").
+# Programs that name themselves in a string a parser would take for a person's device or browser, tried in this
+# order, each with the reason it is no person's:
+# - headless browsers, page renderers and test automation drive a browser engine for a program;
+# - updaters and system services fetch on the machine's schedule, not a person's (Matomo calls some "mobile apps"),
+#   as do phones' SyncML sync and device-management clients ("Nokia SyncML HTTP Client", "LGE SyncML DM
+#   Client/3.0") and their HTTP services ("HTC HTTP Service");
+# - an HTTP library ("… Mobile Safari/530.17 Google-HTTP-Java-Client/1.10.3-beta", IBM's load tester
+#   "RPT-HTTPClient", "Pike HTTP client", a game's "JavaHttp", an app's "igmHttp/0.1");
+# - a link checker, page capture or scanner ("Web Link Validator 3.5", "WebSnapshot/1.0.0 … Electron",
+#   "… Safari/537.36 jsjcw_scanner");
+# - a media centre that scrapes metadata and fetches streams (XBMC, Kodi);
+# - Microsoft Office's probe of a link before the browser opens it ("(compatible; ms-office; MSOffice 16)");
+# - Grub's distributed crawler ("(compatible; grub-client-2.6.0)").
 NAMED_PROGRAMS = (
+    (
+        re.compile(
+            r"headless|phantomjs|slimerjs|wkhtmlto|puppeteer|playwright|selenium|webdriver|lighthouse|pagespeed|"
+            r"ptst/|functionize",
+            re.I,
+        ),
+        "an automation tool or headless renderer named in it",
+    ),
+    (
+        re.compile(
+            r"syncml|\bhttp service\b|update[- ]?agent|updater|\bwin upd\b|edge update|winsparkle|cryptoapi|"
+            r"delivery-optimization|sophosupdate|sophosagent|avginet",
+            re.I,
+        ),
+        "a software updater or system service named in it",
+    ),
     (re.compile(r"http[ -]?(?:java-)?client\b|httpclient|javahttp\b|\whttp/\d", re.I), "an HTTP library named in it"),
     (
         re.compile(r"link ?validator|link ?checker|websnapshot|\w_scanner\b", re.I),
@@ -470,12 +479,6 @@ class Corpus:
         text = clean(ua)
         if text is None:
             self.dropped += 1
-            return
-        if AUTOMATION.search(text):
-            self.exclude(text, "an automation tool or headless renderer named in it", source, shipped)
-            return
-        if SYSTEM_SERVICE.search(text):
-            self.exclude(text, "a software updater or system service named in it", source, shipped)
             return
         for pattern, reason in NAMED_PROGRAMS:
             if pattern.search(text):

@@ -461,6 +461,6 @@ def _run_invalidate(args: argparse.Namespace) -> int:
         if response.status_code != 200:
             site = f" (Host {host})" if host else ""
             raise CrawlerGateError(f"{url}{site} answered {response.status_code}: {response.text.strip()[:200]}")
-        marked += _admin_json(response, url, "marked").get("marked", 0)
+        marked += _admin_json(response, url, "marked")["marked"]
     print(f"marked {marked:,} page(s) changed")
     return EXIT_OK

@@ -41,7 +41,9 @@ AUTO = "auto"
 # "Unrolling the loop" (Friedl): no alternation per character, ~5x faster than (?:[^"\\]|\\.)*.
 _QUOTED = r'"([^"\\]*(?:\\.[^"\\]*)*)"'
 _ADDRESSES = r"(\S+(?:, \S+)*)"
-_UPSTREAM_TIMES = r"((?:\d+(?:\.\d+)?|-)(?:(?:, | : )(?:\d+(?:\.\d+)?|-))*)"
+# Between the items of an nginx list variable: ", " between upstream servers, " : " after an internal redirect.
+_LIST_SEPARATOR = r"(?:, | : )"
+_UPSTREAM_TIMES = rf"((?:\d+(?:\.\d+)?|-)(?:{_LIST_SEPARATOR}(?:\d+(?:\.\d+)?|-))*)"
 _FIELDS: dict[str, tuple[str, str | None]] = {
     # directive: (regex, record field)
     # A client address field may hold an X-Forwarded-For list ("203.0.113.5, 10.0.0.2").
@@ -215,7 +217,7 @@ class LogFormat:
             return float(seconds)
         upstream = values.get("upstream_seconds")
         if upstream is not None:
-            tries = [float(time) for time in re.split(r", | : ", upstream) if time != "-"]
+            tries = [float(time) for time in re.split(_LIST_SEPARATOR, upstream) if time != "-"]
             return sum(tries) if tries else None
         tail = values.get("tail")
         if not tail:
@@ -272,7 +274,7 @@ def _compile_format(text: str, tail: str = "") -> tuple[re.Pattern[str], list[st
         if directive not in _FIELDS:
             quoted = directive.startswith('"')
             # An unknown variable may be empty ("[]") or a list ("a, b") in nginx logs.
-            parts.append(_QUOTED if quoted else r"(?:[^\s,\]]+(?:(?:, | : )[^\s,\]]+)*)?")
+            parts.append(_QUOTED if quoted else rf"(?:[^\s,\]]+(?:{_LIST_SEPARATOR}[^\s,\]]+)*)?")
             if quoted:
                 fields.append("ignored")
         else:
