@@ -75,7 +75,11 @@ def test_build_leaves_out_tools_declaring_themselves_in_a_browser_string(
     ],
 )
 def test_build_leaves_out_system_services(build: ModuleType, user_agent: str, service: bool) -> None:
-    assert bool(build.SYSTEM_SERVICE.search(user_agent)) is service
+    corpus = build.Corpus()
+    corpus.person(user_agent, "mobile", "test", True)
+    reasons = [reason for reason, _, _ in corpus.excluded.get(user_agent, [])]
+    assert (reasons == ["a software updater or system service named in it"]) is service
+    assert (user_agent in corpus.people) is not service
 
 
 def test_build_leaves_out_podcast_catchers_without_a_browser(build: ModuleType, tmp_path: Path) -> None:
