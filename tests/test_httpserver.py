@@ -81,6 +81,47 @@ def test_httpserver_keep_alive_requests_still_work(server: ServerThread) -> None
             time.sleep(0.3)  # idle between requests is the keep-alive timeout's, not the head's
 
 
+def _answered_hello(raw: socket.socket) -> None:
+    answer = b""
+    while b"hello" not in answer:
+        chunk = raw.recv(65536)
+        assert chunk, "closed before the answer"
+        answer += chunk
+
+
+def test_httpserver_idle_connection_is_closed_after_keep_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(HeadLimits, "timeout_s", 5.0)
+
+    async def hello(request):  # type: ignore[no-untyped-def]
+        return PlainTextResponse("hello")
+
+    app = Starlette(routes=[Route("/", hello)])
+    thread = ServerThread(app, http=LimitedHttpToolsProtocol, timeout_keep_alive=1).start()
+    try:
+        with socket.create_connection(("127.0.0.1", thread.port), timeout=5) as raw:
+            for _ in range(3):  # requests move the deadline on: the connection lives past one keep-alive period
+                raw.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+                _answered_hello(raw)
+                time.sleep(0.6)
+            started = time.monotonic()
+            assert raw.recv(1024) == b""  # idle: closed by the server
+            assert 0.2 < time.monotonic() - started < 3
+    finally:
+        thread.stop()
+
+
+def test_httpserver_a_slow_head_after_a_request_is_cut_at_its_own_deadline(server: ServerThread) -> None:
+    """The head timeout (0.5 s here) is shorter than keep-alive (5 s): a head begun after an answer is cut at the
+    head's deadline, not when keep-alive's would have come."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=8) as raw:
+        raw.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        _answered_hello(raw)
+        raw.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n")  # and never the end of the headers
+        started = time.monotonic()
+        assert raw.recv(1024) == b""
+        assert time.monotonic() - started < 3
+
+
 @pytest.fixture
 def paced_server() -> Iterator[ServerThread]:
     """Answers whose body comes 0.3 s after the head, an empty 304, and an upload read after 100 Continue."""

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httptools
+from uvicorn._types import HTTPScope
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from crawlergate.config import ServerSettings
@@ -131,7 +132,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._header_count = 0
         # True from the first byte of a request until its headers are complete.
         self._reading_head = True
-        self._head_timer: asyncio.TimerHandle | None = None
+        # The connection's deadlines, as loop times: its head's (from the head's first byte, or the connection's
+        # start) and, idle between requests, keep-alive's. One timer watches both: it fires at the earliest
+        # deadline it knows, closes a connection past one, or sleeps again until the next. A request moves the
+        # deadlines later without touching the timer (two timers armed and cancelled per request were a tenth
+        # of a crawler hit's cost).
+        self._head_since: float | None = None
+        self._idle_since: float | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._watch_at = 0.0
         # What the request's framing rules look at: its Host headers, and whether it names a transfer coding.
         self._hosts = 0
         self._host = b""
@@ -140,14 +149,20 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._answer_at_once: AnswerAtOnce | None = getattr(self.app, "answer_at_once", None)
         self._writes = _HeadJoiningTransport(transport, self)
+        # Answers written at once bypass the head-joining wrapper: they are whole, and nothing is held before them.
+        self._write_whole = transport.write
         super().connection_made(self._writes)  # type: ignore[arg-type]
-        self._start_head_timer()
+        self._head_since = self.loop.time()  # a connection that never sends a head is closed as a slow one
+        self._watch(self._head_since + HeadLimits.timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_head_timer()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self._idle_since = None
         if self._reading_head:
             # Only the head's bytes count: a read may hold the head and the start of a large upload.
             window = self._head_tail + data
@@ -160,29 +175,38 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().data_received(data)
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        # uvicorn's per-request state, without its scope: a request answered at once never needs one (``_asgi_scope``).
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+        self.scope = None  # type: ignore[assignment]
         self._reading_head = True
         self._header_count = 0
         self._hosts = 0
         self._host = b""
         self._transfer_encoding = False
-        if self._head_timer is None:
-            self._start_head_timer()
+        if self._head_since is None:  # the first request's head is timed from the connection's start
+            self._head_since = self.loop.time()
+            deadline = self._head_since + HeadLimits.timeout_s
+            if deadline < self._watch_at:
+                self._watch(deadline)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
         if self._header_count <= HeadLimits.max_headers:
-            lowered = name.lower()
-            if lowered == b"host":
+            name = name.lower()
+            if name == b"host":
                 self._hosts += 1
                 self._host = value
-            elif lowered == b"transfer-encoding":
+            elif name == b"transfer-encoding":
                 self._transfer_encoding = True
-            super().on_header(name, value)
+            elif name == b"expect" and value.lower() == b"100-continue":
+                self.expect_100_continue = True
+            self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self._reading_head = False
-        self._stop_head_timer()
+        self._head_since = None
         if self._header_count > HeadLimits.max_headers:
             self._refuse_head()  # the request never reaches the app
             return
@@ -195,11 +219,38 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if malformed:
             self._refuse(b"400 Bad Request", malformed)
             return
-        if self._answer_at_once is not None and self._answered_at_once(self._answer_at_once):
+        handed_on: dict[str, object] = {}
+        if self._answer_at_once is not None and self._answered_at_once(self._answer_at_once, handed_on):
             return
+        self.scope = self._asgi_scope()
+        self.scope.update(handed_on)  # type: ignore[typeddict-item]
         super().on_headers_complete()
 
-    def _answered_at_once(self, answer_at_once: AnswerAtOnce) -> bool:
+    def _asgi_scope(self) -> HTTPScope:
+        """The scope uvicorn would have begun at the request's first byte (its path and method are added by
+        ``on_headers_complete``)."""
+        return {  # type: ignore[typeddict-item]
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": "1.1",
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,  # type: ignore[typeddict-item]
+            "root_path": self.root_path,
+            "headers": self.headers,
+            "state": self.app_state.copy(),
+        }
+
+    def on_message_complete(self) -> None:
+        if self.cycle is not _ANSWERED:  # an answer given at once has nothing left to hear of its request
+            super().on_message_complete()
+
+    def handle_websocket_upgrade(self) -> None:
+        if self.scope is None or self.transport.is_closing():
+            return  # the upgrade's head was refused (431, 400): nothing is upgraded
+        super().handle_websocket_upgrade()
+
+    def _answered_at_once(self, answer_at_once: AnswerAtOnce, handed_on: dict[str, object]) -> bool:
         """Ask the gate for the whole answer now, and send it; False when the request goes the ASGI way."""
         method = self.parser.get_method()
         if method not in (b"GET", b"HEAD") or self.parser.should_upgrade() or self.flow.write_paused:
@@ -224,7 +275,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.scheme or "http",
             version,
         )
-        response = answer_at_once(request, started, self.scope)
+        response = answer_at_once(request, started, handed_on)
         if response is None:
             return False
         status, headers, body = response
@@ -238,11 +289,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if method != b"HEAD":  # a HEAD answer's Content-Length is the GET's, and nothing follows its head
             head.append(body)
         self.cycle = _ANSWERED  # type: ignore[assignment]
-        self.transport.write(b"".join(head))
+        self._write_whole(b"".join(head))
         if not keep_alive:
             self.transport.close()
-        # A keep-alive timer armed after the previous answer (two requests in one read) is replaced, not doubled.
-        self._unset_keepalive_if_required()
         self.on_response_complete()
         return True
 
@@ -262,32 +311,54 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         return b""
 
     def on_response_complete(self) -> None:
+        """uvicorn's, with keep-alive's deadline noted instead of a timer armed."""
         self._writes.flush()
-        # The next request's head starts counting afresh; its timer starts with its first byte.
+        # The next request's head starts counting afresh; its deadline starts with its first byte.
         self._head_bytes = 0
         self._head_tail = b""
         self._reading_head = True
-        super().on_response_complete()
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        if self.flow.read_paused:
+            self.flow.resume_reading()
+        if self.pipeline:  # the next request, read while this one was answered, starts now
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = now = self.loop.time()
+        if now + self.timeout_keep_alive < self._watch_at:
+            self._watch(now + self.timeout_keep_alive)
 
-    def _start_head_timer(self) -> None:
-        self._head_timer = self.loop.call_later(HeadLimits.timeout_s, self._head_too_late)
+    def _watch(self, at: float) -> None:
+        """Have the connection's timer fire at loop time ``at``."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watch_at = at
+        self._watchdog = self.loop.call_at(at, self._check_deadlines)
 
-    def _stop_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def _head_too_late(self) -> None:
-        self._head_timer = None
-        if self._reading_head and self.transport is not None and not self.transport.is_closing():
+    def _check_deadlines(self) -> None:
+        """Close the connection when its head came too slowly or it idled past keep-alive; else sleep until the
+        earliest deadline (or, while a request is under way and has none, for the shorter of the two limits)."""
+        self._watchdog = None
+        if self.transport is None or self.transport.is_closing():
+            return
+        deadlines = []
+        if self._head_since is not None:
+            deadlines.append(self._head_since + HeadLimits.timeout_s)
+        if self._idle_since is not None:
+            deadlines.append(self._idle_since + self.timeout_keep_alive)
+        now = self.loop.time()
+        if deadlines and min(deadlines) <= now:
             self.transport.close()
+            return
+        self._watch(min(deadlines) if deadlines else now + min(HeadLimits.timeout_s, self.timeout_keep_alive))
 
     def _refuse_head(self) -> None:
         self._refuse(b"431 Request Header Fields Too Large", b"Request header fields too large.\n")
 
     def _refuse(self, status: bytes, body: bytes) -> None:
         """Answer ``status`` and close: the request never reaches the app, nor does anything after it."""
-        self._stop_head_timer()
         if self.transport is None or self.transport.is_closing():
             return
         self.transport.write(
