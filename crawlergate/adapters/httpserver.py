@@ -242,7 +242,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         }
 
     def on_message_complete(self) -> None:
-        if self.cycle is not _ANSWERED:  # an answer given at once has nothing left to hear of its request
+        # An answer given at once has nothing left to hear of its request.
+        if self.cycle is not _ANSWERED:  # type: ignore[comparison-overlap]
             super().on_message_complete()
 
     def handle_websocket_upgrade(self) -> None:
