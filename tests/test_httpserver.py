@@ -8,6 +8,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -232,21 +233,35 @@ def test_httpserver_ordinary_hosts_are_taken(server: ServerThread, host: bytes) 
     assert _exchange(server, b"GET / HTTP/1.1\r\nHost: " + host + b"\r\n\r\n").startswith(b"HTTP/1.1 200 ")
 
 
-@pytest.fixture
-def gate(tmp_path: Path) -> Iterator[tuple[ServerThread, ServerThread]]:
-    """``serve``'s app and protocol in front of a site with a slow page, as ``crawlergate serve`` runs them."""
+def _gate(tmp_path: Path, **options: Any) -> Iterator[tuple[ServerThread, ServerThread]]:
+    """``serve``'s app and protocol (uvicorn ``options``) in front of a site with slow pages, as ``crawlergate serve``
+    runs them."""
 
     async def page(request):  # type: ignore[no-untyped-def]
         if request.url.path == "/slow":
             await asyncio.sleep(0.3)
+        elif request.url.path == "/slower":
+            await asyncio.sleep(1.5)
         return HTMLResponse(f"<html><body>{request.url.path}</body></html>")
 
     site = ServerThread(Starlette(routes=[Route("/{path:path}", page)])).start()
     settings = Settings(server=ServerSettings(origin=site.url), l2=L2Settings(cache_dir=str(tmp_path / "l2")))
-    front = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol).start()
+    front = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol, **options).start()
     yield front, site
     front.stop()
     site.stop()
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[tuple[ServerThread, ServerThread]]:
+    yield from _gate(tmp_path)
+
+
+@pytest.fixture
+def impatient_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ServerThread, ServerThread]]:
+    """The gate with keep-alive at 1 s and the head timeout at 0.5 s, both shorter than the site's /slower page."""
+    monkeypatch.setattr(HeadLimits, "timeout_s", 0.5)
+    yield from _gate(tmp_path, timeout_keep_alive=1)
 
 
 def _answers(port: int, data: bytes, count: int, *, bodiless: bool = False) -> list[bytes]:
@@ -337,3 +352,101 @@ def test_httpserver_keeps_pipelined_answers_in_order(gate: tuple[ServerThread, S
     assert b"x-crawlergate: pass" in first and first.endswith(b"/slow</body></html>")
     assert b"x-crawlergate: l1-hit" in second and second.endswith(b"/t/2</body></html>")
     assert b"x-crawlergate: l1-hit" in third
+
+
+def test_httpserver_a_request_behind_a_hit_in_one_read_is_not_cut_by_keep_alive(
+    impatient_gate: tuple[ServerThread, ServerThread],
+) -> None:
+    """The hit's answer is complete before the next request is read: the connection is busy, not idle, while that
+    request (a fill taking longer than keep-alive) is answered."""
+    front, _ = impatient_gate
+    hit = b"GET /t/1 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
+    _answers(front.port, hit, 1)  # stored
+    slower = b"GET /slower HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
+    first, second = _answers(front.port, hit + slower, 2)
+    assert b"x-crawlergate: l1-hit" in first
+    assert b"x-crawlergate: miss" in second and second.endswith(b"/slower</body></html>")
+
+
+def test_httpserver_a_head_sent_behind_a_slow_answer_is_timed_from_that_answer(
+    impatient_gate: tuple[ServerThread, ServerThread],
+) -> None:
+    """The start of the next request, sent with the current one, waits its turn: the head timeout runs from the
+    current answer, not from when its first bytes came."""
+    front, _ = impatient_gate
+    slower = b"GET /slower HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
+    answers = _answers(front.port, slower + b"GET /t/2 HT", 1)
+    assert len(answers) == 1 and answers[0].endswith(b"/slower</body></html>")
+
+
+def test_httpserver_bare_line_ends_do_not_keep_an_idle_connection_open(
+    impatient_gate: tuple[ServerThread, ServerThread],
+) -> None:
+    front, _ = impatient_gate
+    with socket.create_connection(("127.0.0.1", front.port), timeout=5) as raw:
+        raw.sendall(b"GET /t/3 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n")
+        received = b""
+        while not received.endswith(b"</html>"):
+            received += raw.recv(65536)
+        started = time.monotonic()
+        closed = False
+        for _ in range(20):  # a line end every 0.3 s, 6 s in all: the server closes long before
+            time.sleep(0.3)
+            try:
+                raw.sendall(b"\r\n")
+                closed = raw.recv(1, socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                continue
+            except OSError:
+                closed = True
+            if closed:
+                break
+        assert closed and time.monotonic() - started < 3
+
+
+def test_httpserver_a_body_read_after_its_hit_is_no_head(gate: tuple[ServerThread, ServerThread]) -> None:
+    """A crawler's GET with a body is answered from the cache at its head; the body that follows is read as a body
+    (never counted against the head's 64 KB), and the connection serves the next request."""
+    front, _ = gate
+    hit = b"GET /t/4 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
+    _answers(front.port, hit, 1)  # stored
+    with_body = hit.replace(b"\r\n\r\n", b"\r\nContent-Length: 100000\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", front.port), timeout=5) as raw:
+        raw.sendall(with_body)
+        received = b""
+        while not received.endswith(b"</html>"):
+            received += raw.recv(65536)
+        assert b"x-crawlergate: l1-hit" in received
+        raw.sendall(b"z" * 100_000 + hit)
+        received = b""
+        while not received.endswith(b"</html>"):
+            chunk = raw.recv(65536)
+            assert chunk, "closed"
+            received += chunk
+        assert received.startswith(b"HTTP/1.1 200 ") and b"x-crawlergate: l1-hit" in received
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        pytest.param(b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", id="bad-host-400"),
+        pytest.param(b"GET / HTTP/1.1\r\nHost: a\r\n" + b"X-A: 1\r\n" * 150 + b"\r\n", id="too-many-headers-431"),
+    ],
+)
+def test_httpserver_a_refused_request_is_answered_after_the_ones_before_it(
+    gate: tuple[ServerThread, ServerThread], refused: bytes
+) -> None:
+    """Pipelined behind a request still being answered, a request refused at its head gets its refusal after that
+    answer, never in its place; what follows the refusal is not read."""
+    front, _ = gate
+    slow = b"GET /slow HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
+    after = b"GET /t/5 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
+    with socket.create_connection(("127.0.0.1", front.port), timeout=5) as raw:
+        raw.sendall(slow + refused + after)
+        received = b""
+        while chunk := raw.recv(65536):
+            received += chunk
+    first, _, rest = received.partition(b"</html>")
+    assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b"/slow</body>")
+    assert rest.startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 431 ")) and b"connection: close" in rest
+    assert rest.count(b"HTTP/1.1 ") == 1

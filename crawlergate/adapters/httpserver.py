@@ -130,7 +130,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         # The last bytes of the head read so far: its end ("\r\n\r\n") may straddle two reads.
         self._head_tail = b""
         self._header_count = 0
-        # True from the first byte of a request until its headers are complete.
+        # True from the end of a request (or the connection's start) until the next one's headers are complete.
         self._reading_head = True
         # The connection's deadlines, as loop times: its head's (from the head's first byte, or the connection's
         # start) and, idle between requests, keep-alive's. One timer watches both: it fires at the earliest
@@ -145,6 +145,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._hosts = 0
         self._host = b""
         self._transfer_encoding = False
+        # A refusal (400, 431, 505) waiting for the answers to the requests before it: it goes last, and nothing
+        # after it is read.
+        self._refusal: bytes | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._answer_at_once: AnswerAtOnce | None = getattr(self.app, "answer_at_once", None)
@@ -162,7 +165,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        self._idle_since = None
+        if self._refusal is not None:
+            return
         if self._reading_head:
             # Only the head's bytes count: a read may hold the head and the start of a large upload.
             window = self._head_tail + data
@@ -180,7 +184,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.expect_100_continue = False
         self.headers = []
         self.scope = None  # type: ignore[assignment]
-        self._reading_head = True
+        # A request began: no longer idle (bytes that begin none, such as bare CRLFs, leave keep-alive's deadline).
+        self._idle_since = None
         self._header_count = 0
         self._hosts = 0
         self._host = b""
@@ -207,6 +212,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._reading_head = False
         self._head_since = None
+        if self._refusal is not None:
+            return  # behind a refused request: never answered
         if self._header_count > HeadLimits.max_headers:
             self._refuse_head()  # the request never reaches the app
             return
@@ -241,7 +248,17 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             "state": self.app_state.copy(),
         }
 
+    def on_body(self, body: bytes) -> None:
+        if self._refusal is None:  # a refused request's body is nobody's (the cycle is the request's before it)
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
+        if self._refusal is not None:
+            return
+        # What comes next is the next request's head, counted afresh (a body is not, even one read after its answer).
+        self._head_bytes = 0
+        self._head_tail = b""
+        self._reading_head = True
         # An answer given at once has nothing left to hear of its request.
         if self.cycle is not _ANSWERED:  # type: ignore[comparison-overlap]
             super().on_message_complete()
@@ -314,22 +331,32 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         """uvicorn's, with keep-alive's deadline noted instead of a timer armed."""
         self._writes.flush()
-        # The next request's head starts counting afresh; its deadline starts with its first byte.
-        self._head_bytes = 0
-        self._head_tail = b""
-        self._reading_head = True
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        if self.flow.read_paused:
-            self.flow.resume_reading()
         if self.pipeline:  # the next request, read while this one was answered, starts now
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
+            if self.flow.read_paused and self._refusal is None:
+                self.flow.resume_reading()
             return
-        self._idle_since = now = self.loop.time()
-        if now + self.timeout_keep_alive < self._watch_at:
-            self._watch(now + self.timeout_keep_alive)
+        if self._refusal is not None:  # the answers before it are all sent: now the refusal, and the end
+            self._write_whole(self._refusal)
+            self.transport.close()
+            return
+        if self.flow.read_paused:
+            self.flow.resume_reading()
+        now = self.loop.time()
+        if self._head_since is not None:
+            # The next head began arriving while this answer was under way: the server reads it from now on, and
+            # it has the whole head timeout from now (nginx reads a pipelined request only once it answered).
+            self._head_since = now
+            deadline = now + HeadLimits.timeout_s
+        else:
+            self._idle_since = now
+            deadline = now + self.timeout_keep_alive
+        if deadline < self._watch_at:
+            self._watch(deadline)
 
     def _watch(self, at: float) -> None:
         """Have the connection's timer fire at loop time ``at``."""
@@ -345,7 +372,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport is None or self.transport.is_closing():
             return
         deadlines = []
-        if self._head_since is not None:
+        # A head read behind an answer still under way waits its turn, untimed (``on_response_complete`` times it).
+        if self._head_since is not None and (self.cycle is None or self.cycle.response_complete):
             deadlines.append(self._head_since + HeadLimits.timeout_s)
         if self._idle_since is not None:
             deadlines.append(self._idle_since + self.timeout_keep_alive)
@@ -359,11 +387,18 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._refuse(b"431 Request Header Fields Too Large", b"Request header fields too large.\n")
 
     def _refuse(self, status: bytes, body: bytes) -> None:
-        """Answer ``status`` and close: the request never reaches the app, nor does anything after it."""
+        """Answer ``status`` and close: the request never reaches the app, nor does anything after it. Behind answers
+        still under way (a pipelined request) the refusal waits for them, so answers keep the order of requests."""
         if self.transport is None or self.transport.is_closing():
             return
-        self.transport.write(
+        refusal = (
             b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
             b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (status, len(body), body)
         )
+        if (self.cycle is not None and not self.cycle.response_complete) or self.pipeline:
+            self._refusal = refusal
+            self.flow.pause_reading()
+            return
+        self._writes.flush()
+        self._write_whole(refusal)
         self.transport.close()
