@@ -60,6 +60,8 @@ ACCESS_LOG_FILE = "access.log"
 DIRECT_LOG_LOCK = ".direct-log.lock"
 # How long the catalogue's demand upkeep waits for the filled pages on their way to it.
 DEMAND_FLUSH_WAIT_S = 2.0
+# How long shutdown waits for the off-peak job's tick under way (a lookup of the lease and the window) to end.
+TICK_WAIT_S = 5.0
 
 
 def access_log_path(settings: Settings, *, standalone: bool) -> Path | None:
@@ -296,6 +298,9 @@ class GateRuntime:
         adapter opened, then every part."""
         self.regeneration.stop()
         self._stop_scheduler()
+        ticking = self.regeneration.ticking
+        if ticking is not None and not ticking.done():
+            await asyncio.wait({ticking}, timeout=TICK_WAIT_S)  # a thread's short work: let it end, never cancel it
         task = self.regeneration.task
         if task is not None and not task.done():
             task.cancel()

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -603,3 +604,20 @@ def test_windows_as_cron_and_clocks_read_them(tmp_path: Path) -> None:
     start = india.next_start(NOON)
     assert start is not None and datetime.fromtimestamp(start, UTC).minute == 0
     state.close()
+
+
+async def test_shutdown_lets_a_tick_under_way_end_rather_than_cancel_it(tmp_path: Path) -> None:
+    """A tick waiting in its thread for another process's write (two `serve` processes share the state) is let end
+    at shutdown: the scheduler logs a tick cancelled there as a failed job, with a traceback."""
+    gate = CrawlerGateMiddleware(Origin().app(), settings=_settings(tmp_path))
+    gate.start_serving()
+    other_process = sqlite3.connect(gate.regeneration.state.path, isolation_level=None)
+    other_process.execute("BEGIN IMMEDIATE")
+    loop = asyncio.get_running_loop()
+    ticking = loop.create_task(gate.regeneration.tick_async())
+    await asyncio.sleep(0.3)
+    assert not ticking.done()  # waiting for the other process's write
+    loop.call_later(1.0, other_process.execute, "COMMIT")
+    await gate.aclose()
+    other_process.close()
+    assert ticking.done() and not ticking.cancelled() and ticking.exception() is None

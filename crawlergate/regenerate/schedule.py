@@ -65,6 +65,9 @@ class OffPeakJob:
         self.closed = False
         self._counted_humans = 0
         self.task: asyncio.Task[PassSummary | None] | None = None
+        # The scheduler's tick under way on the event loop: shutdown waits for it rather than have the loop cancel
+        # it mid-thread (the scheduler logs a cancelled job as a failure, with a traceback).
+        self.ticking: asyncio.Task[Any] | None = None
         self.thread: threading.Thread | None = None
 
     def tick(self) -> float | None:
@@ -156,7 +159,11 @@ class OffPeakJob:
             await anyio.to_thread.run_sync(self.lease.release)
 
     async def tick_async(self) -> None:
-        opened = await anyio.to_thread.run_sync(self.tick)
+        self.ticking = asyncio.current_task()
+        try:
+            opened = await anyio.to_thread.run_sync(self.tick)
+        finally:
+            self.ticking = None
         if opened is not None and not self.closed:
             self.running = True  # until the task's pass ends
             self.task = asyncio.get_running_loop().create_task(self.run_window(opened))
