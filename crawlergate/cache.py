@@ -203,19 +203,21 @@ class TwoLevelCache:
 
     def hold(self, key: CacheKey, page: Page) -> bytes:
         """A filled page on its way to disk (``store_held``, from gate/pagewriter.py): lookups find it at once, and
-        the embedded L1 has it now (memory: microseconds). Returns its bytes as stored."""
+        L1 has it now, the embedded one and memcached alike: other workers' crawlers find it there at once, not
+        once the writer reaches it (they would fill it again meanwhile). Returns its bytes as stored."""
         self._forget(key.digest)
         self._l2_in_use.pop(key.digest, None)
         data = page.to_bytes()
+        # Under the held lock: an invalidation (which takes it too) comes wholly before the put, or after, and then
+        # deletes the L1 copy this put made.
         with self._held_lock:
             self._held[key.digest] = page
-        if isinstance(self.l1, MemoryStore):
             self._put(self.l1, key, data, "crawler")
         return data
 
     def store_held(self, pages: list[tuple[CacheKey, Page, bytes]]) -> set[str]:
-        """Write held pages: L2 (one index transaction), then a remote L1. A page invalidated or held anew since
-        is skipped; one L2 could not take leaves no older copy there. The digests of the pages stored."""
+        """Write held pages to L2 (one index transaction; ``hold`` put them in L1). A page invalidated or held anew
+        since is skipped; one L2 could not take leaves no older copy there. The digests of the pages stored."""
         with self._writing_lock:
             with self._held_lock:
                 wanted = [(key, page, data) for key, page, data in pages if self._held.get(key.digest) is page]
@@ -231,9 +233,6 @@ class TwoLevelCache:
             except StoreUnavailable as exc:
                 self._failed_write(exc, "crawler")
             finally:
-                if not isinstance(self.l1, MemoryStore):
-                    for key, _, data in wanted:
-                        self._put(self.l1, key, data, "crawler")
                 with self._held_lock:  # found in the levels now (or lost with a failed one: filled again)
                     for key, page, _ in wanted:
                         if self._held.get(key.digest) is page:

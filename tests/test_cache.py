@@ -129,3 +129,24 @@ def test_cache_counts_useful_prefetches_once_and_evictions_per_level(tmp_path: P
     totals = metrics.snapshot()
     assert totals["prefetches"] == {"issued": 1, "useful": 1}
     assert totals["evictions"] == {"l1": 2, "l2": 1}
+
+
+@pytest.mark.memcached
+def test_cache_a_held_page_is_in_a_shared_l1_before_it_is_written(
+    tmp_path: Path, memcached_server: MemcachedServer
+) -> None:
+    """A worker's fill is found by another worker's crawler at once (memcached), not when the filling worker's
+    writer has put it on disk: that crawler would fill it again meanwhile."""
+    filling, other = (
+        TwoLevelCache(MemcachedStore([memcached_server.address]), DiskStore(tmp_path, max_bytes=10**6), Metrics())
+        for _ in range(2)
+    )
+    filling.start()
+    other.start()
+    filling.hold(KEY, PAGE)  # the writer has not written it yet
+    found = other.lookup_l1(KEY)
+    assert found is not None and found.page.body_gz == PAGE.body_gz
+    filling.invalidate(KEY)
+    assert filling.l1.get(KEY.digest) is None
+    filling.close()
+    other.close()
