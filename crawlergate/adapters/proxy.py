@@ -76,6 +76,11 @@ _CLAIMS = (
 )
 # The server in front (uvicorn here) writes its own; passing the origin's too would send two of each.
 _ORIGIN_ONLY = (b"date", b"server")
+# What each leg drops: a client's claims unless it is a trusted proxy, and the origin's own Date and Server.
+_DROPPED_UNTRUSTED = HOP_BY_HOP | frozenset(_CLAIMS)
+_DROPPED_FROM_ORIGIN = HOP_BY_HOP | frozenset(_ORIGIN_ONLY)
+_DROPPED_FROM_CHUNKED_ORIGIN = _DROPPED_FROM_ORIGIN | {b"content-length"}
+_FORWARDING = frozenset((b"host", *_FORWARDED))
 # Response headers that may carry an absolute URL of the origin.
 _URL_HEADERS = (b"location", b"content-location", b"refresh", b"link")
 _LINK_TARGET = re.compile(rb"<([^>]*)>")
@@ -256,27 +261,34 @@ class ReverseProxy:
         # A fill's forwarding headers are the gate's own: they say whom it fetches for, as they are.
         fill = FILL_EXTENSION in scope.get("extensions", {})
         trusted = fill or client_ip in self._trusted
-        headers = _without_hop_by_hop(scope["headers"], drop=_CLAIMS if not trusted else ())
-        incoming = dict(headers)
-        forwarded_for = incoming.get(b"x-forwarded-for")
+        result: list[tuple[bytes, bytes]] = []
+        # As a dict of the headers would hold them: the last of each.
+        host = forwarded_for = forwarded_proto = forwarded_host = None
+        for name, value in _without_hop_by_hop(scope["headers"], HOP_BY_HOP if trusted else _DROPPED_UNTRUSTED):
+            if name not in _FORWARDING:
+                result.append((name, value))
+            elif name == b"host":
+                host = value
+            elif name == b"x-forwarded-for":
+                forwarded_for = value
+            elif name == b"x-forwarded-proto":
+                forwarded_proto = value
+            else:
+                forwarded_host = value
         if fill and forwarded_for:
             chain = forwarded_for
         else:
             chain = forwarded_for + b", " + client_ip.encode() if trusted and forwarded_for else client_ip.encode()
-        result = [(name, value) for name, value in headers if name not in (b"host", *_FORWARDED)]
         result.append((b"x-forwarded-for", chain))
-        result.append(
-            (b"x-forwarded-proto", incoming.get(b"x-forwarded-proto") or scope.get("scheme", "http").encode())
-        )
-        host = incoming.get(b"x-forwarded-host") or incoming.get(b"host")
-        if host:
-            result.append((b"x-forwarded-host", host))
+        result.append((b"x-forwarded-proto", forwarded_proto or scope.get("scheme", "http").encode()))
+        if forwarded_host or host:
+            result.append((b"x-forwarded-host", forwarded_host or host))
         return result
 
     def _answer_headers(self, raw: list[tuple[bytes, bytes]], scope: Scope) -> list[tuple[bytes, bytes]]:
         chunked = any(name.lower() == b"transfer-encoding" for name, _ in raw)
         # With Transfer-Encoding, Content-Length must be ignored (RFC 9112 6.3) and so never passed on.
-        headers = _without_hop_by_hop(raw, drop=(*_ORIGIN_ONLY, b"content-length") if chunked else _ORIGIN_ONLY)
+        headers = _without_hop_by_hop(raw, _DROPPED_FROM_CHUNKED_ORIGIN if chunked else _DROPPED_FROM_ORIGIN)
         for index, (name, value) in enumerate(headers):
             if name in _URL_HEADERS and self._origin_lower in value.lower():
                 headers[index] = (name, self._public_address(name, value, scope))
@@ -376,7 +388,7 @@ async def _unless_client_leaves(
     the client until then.
 
     One watcher task, which cancels this one when the client leaves (a task for the exchange too, and
-    ``asyncio.wait``, cost a person's request twice as much).
+    ``asyncio.wait``, cost a person's request twice as much), started once the request is sent.
     """
     current = asyncio.current_task()
     assert current is not None
@@ -390,7 +402,11 @@ async def _unless_client_leaves(
         left = True
         current.cancel()
 
-    watcher = asyncio.ensure_future(watch())
+    # The watcher starts at the loop's next turn, once the request is on its way to the origin: a task's making
+    # is not among what a person waits for.
+    loop = asyncio.get_running_loop()
+    watchers: list[asyncio.Task[None]] = []
+    starting = loop.call_soon(lambda: watchers.append(loop.create_task(watch())))
     try:
         return await exchange
     except asyncio.CancelledError:
@@ -398,7 +414,9 @@ async def _unless_client_leaves(
             raise _ClientLeft from None
         raise
     finally:
-        watcher.cancel()
+        starting.cancel()
+        for watcher in watchers:
+            watcher.cancel()
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -453,13 +471,15 @@ async def _request_body(receive: Receive, sent: asyncio.Event) -> AsyncIterator[
             return
 
 
-def _without_hop_by_hop(headers: list[tuple[bytes, bytes]], drop: tuple[bytes, ...] = ()) -> list[tuple[bytes, bytes]]:
+def _without_hop_by_hop(headers: list[tuple[bytes, bytes]], dropped: frozenset[bytes]) -> list[tuple[bytes, bytes]]:
+    """``headers`` with lower-case names, without those in ``dropped`` (the hop-by-hop ones and more) and those
+    a Connection header names."""
+    kept: list[tuple[bytes, bytes]] = []
     named: set[bytes] = set()
     for name, value in headers:
-        if name.lower() == b"connection":
+        lowered = name.lower()
+        if lowered not in dropped:
+            kept.append((lowered, value))
+        elif lowered == b"connection":
             named.update(token.strip().lower() for token in value.split(b","))
-    return [
-        (name.lower(), value)
-        for name, value in headers
-        if name.lower() not in HOP_BY_HOP and name.lower() not in named and name.lower() not in drop
-    ]
+    return [(name, value) for name, value in kept if name not in named] if named else kept
