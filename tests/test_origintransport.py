@@ -184,3 +184,71 @@ def test_origintransport_our_own_close_never_ends_a_body_that_ends_at_the_close(
     finally:
         origin.stop()
     assert isinstance(result, httpx.RemoteProtocolError), result
+
+
+def test_origintransport_a_short_body_written_after_its_head_is_handed_over_whole() -> None:
+    """Most origins (uvicorn, gunicorn) write a page's head and body apart: a short body of known length is waited
+    for and handed over whole; a long one, one of unknown length, or one the origin broke off is streamed."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+    pieces: dict[bytes, list[bytes]] = {
+        b"/apart": [head + b"Content-Length: 5\r\n\r\n", b"hello"],
+        b"/long": [head + b"Content-Length: 70000\r\n\r\n", b"x" * 70000],
+        b"/chunked": [head + b"Transfer-Encoding: chunked\r\n\r\n", b"5\r\nhello\r\n0\r\n\r\n"],
+    }
+
+    def answer(method: bytes, path: bytes) -> tuple[list[bytes], bool | str]:
+        if path == b"/cut":
+            return [head + b"Content-Length: 5\r\n\r\n", b"he"], "reset"
+        return pieces[path], False
+
+    origin = RawHttpServer(answer).start()
+
+    async def fetch(path: bytes) -> tuple[bytes | None, bytes | Exception]:
+        transport = OriginTransport()
+        address = OriginAddress("http", "127.0.0.1", origin.port, b"127.0.0.1")
+        answer = await transport.exchange("GET", address, path, [], None, TIMEOUTS)
+        try:
+            assert answer.received_body() is None  # the body was not there with the head
+            whole = await answer.short_body(65536)
+            try:
+                rest = b"".join([chunk async for chunk in answer])
+            except httpx.HTTPError as exc:
+                return whole, exc
+            return whole, rest
+        finally:
+            await answer.aclose()
+            await transport.aclose()
+
+    try:
+        assert asyncio.run(fetch(b"/apart")) == (b"hello", b"")
+        assert asyncio.run(fetch(b"/long")) == (None, b"x" * 70000)
+        assert asyncio.run(fetch(b"/chunked")) == (None, b"hello")
+        whole, cut = asyncio.run(fetch(b"/cut"))
+        assert whole is None and isinstance(cut, httpx.RemoteProtocolError)
+    finally:
+        origin.stop()
+
+
+def test_origintransport_a_short_body_that_stalls_times_out_at_the_read_timeout() -> None:
+    def answer(method: bytes, path: bytes) -> tuple[bytes, bool | str]:
+        return b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhe", False
+
+    origin = RawHttpServer(answer).start()
+
+    async def run() -> float:
+        transport = OriginTransport()
+        address = OriginAddress("http", "127.0.0.1", origin.port, b"127.0.0.1")
+        answer = await transport.exchange("GET", address, b"/", [], None, {"read": 0.3})
+        started = time.monotonic()
+        try:
+            with pytest.raises(httpx.ReadTimeout):
+                await answer.short_body(65536)
+            return time.monotonic() - started
+        finally:
+            await answer.aclose()
+            await transport.aclose()
+
+    try:
+        assert 0.25 < asyncio.run(run()) < 3
+    finally:
+        origin.stop()

@@ -84,6 +84,8 @@ class _Connection(asyncio.Protocol):
         self._keep_alive = True
         # The answer has neither Content-Length nor Transfer-Encoding: its body ends when the origin closes.
         self._until_close = False
+        # The body's length as its Content-Length gives it (without Transfer-Encoding); None when unknown.
+        self._length: int | None = None
         # An interim (1xx) answer is being parsed: skipped, the final answer comes after it.
         self._interim = False
         # The gate closed the connection itself (cancelled, timed out, shutting down): a close that ends no body.
@@ -155,6 +157,7 @@ class _Connection(asyncio.Protocol):
             return
         self._keep_alive = self._parser.should_keep_alive()
         self._until_close = not self._head_only and _delimited_by_close(status, self._headers)
+        self._length = _content_length(self._headers)
         if not self._head.done():
             self._head.set_result((status, self._headers))
         if self._head_only:
@@ -189,6 +192,7 @@ class _Connection(asyncio.Protocol):
         self._error = None
         self.reusable = False
         self._until_close = False
+        self._length = None
         self._interim = False
         self._head_only = method == "HEAD"
         if body is None or isinstance(body, bytes):
@@ -248,6 +252,19 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    async def until_whole(self, limit: int, timeout_s: float | None) -> None:
+        """Wait for the rest of a body of at most ``limit`` bytes by its Content-Length (no longer than the read
+        timeout between two reads); at once for a longer body, one of unknown length, or one that failed."""
+        if self._length is None or self._length > limit:
+            return
+        while not self._done:
+            self._arrived.clear()
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._arrived.wait()
+            except TimeoutError:
+                raise httpx.ReadTimeout("the origin stopped sending in time") from None
+
     def take_whole_body(self) -> bytes | None:
         """The whole body, when all of it has already arrived and none of it was read; else None."""
         if not self._done or self._error is not None or self._parser is not None:
@@ -304,6 +321,15 @@ class OriginAnswer:
         body = self._connection.take_whole_body()
         self._started = body is not None
         return body
+
+    async def short_body(self, limit: int) -> bytes | None:
+        """The whole body of a short answer (a Content-Length of at most ``limit``) once the rest of it arrived: most
+        origins write a page's head and its body apart, and the body follows at once. None for a longer body or one
+        of unknown length, and for one the origin broke off (iterating then gives what came, and the error)."""
+        if self._started:
+            return None
+        await self._connection.until_whole(limit, self._timeout_s)
+        return self.received_body()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         self._started = True
@@ -487,6 +513,18 @@ def _delimited_by_close(status: int, headers: list[tuple[bytes, bytes]]) -> bool
     if status < 200 or status in (204, 304):
         return False
     return not any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in headers)
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The Content-Length of an answer without Transfer-Encoding (which overrides it, RFC 9112 6.3); else None."""
+    length = None
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == b"transfer-encoding":
+            return None
+        if lowered == b"content-length" and value.strip().isdigit():
+            length = int(value)
+    return length
 
 
 def _has(headers: list[tuple[bytes, bytes]], wanted: bytes) -> bool:

@@ -23,7 +23,7 @@ import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -32,7 +32,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.adapters.httpserver import HeadLimits
-from crawlergate.adapters.origintransport import OriginAddress, OriginAnswer, OriginTransport
+from crawlergate.adapters.origintransport import OriginAddress, OriginAnswer, OriginTransport, RequestBody
 from crawlergate.adapters.sites import SiteGates
 from crawlergate.adapters.websocket import MAX_MESSAGE_BYTES, WebSocketRelay
 from crawlergate.config import Settings, load_settings
@@ -84,6 +84,10 @@ _FORWARDING = frozenset((b"host", *_FORWARDED))
 # Response headers that may carry an absolute URL of the origin.
 _URL_HEADERS = (b"location", b"content-location", b"refresh", b"link")
 _LINK_TARGET = re.compile(rb"<([^>]*)>")
+# An answer whose Content-Length is at most this goes to the client whole, once its body followed its head (nginx
+# reads an answer into 32-64 KB of buffers before the client gets it, whole when it fits).
+SHORT_BODY_BYTES = 64 * 1024
+Exchanged = TypeVar("Exchanged")
 _REFRESH_URL = re.compile(rb"(?i)(url\s*=\s*['\"]?)([^'\";]+)")
 
 
@@ -209,9 +213,9 @@ class ReverseProxy:
         fill = FILL_EXTENSION in scope.get("extensions", {})
         transport = self._single_use if fill or method == "HEAD" else self._transport
         try:
-            exchange = transport.exchange(method, self._address, target, headers, body, self._timeouts)
+            exchange = self._exchange(transport, method, target, headers, body)
             # A fill has no client to leave.
-            answer = await (exchange if fill else _unless_client_leaves(exchange, receive, body_sent))
+            answer, whole = await (exchange if fill else _unless_client_leaves(exchange, receive, body_sent))
         except _ClientLeft:
             return  # the origin's connection was closed mid-body: nobody is left to answer
         except httpx.TimeoutException as exc:
@@ -233,7 +237,6 @@ class ReverseProxy:
                     "headers": self._answer_headers(answer.headers, scope),
                 }
             )
-            whole = answer.received_body()
             if whole is not None:
                 await send({"type": "http.response.body", "body": whole, "more_body": False})
                 return
@@ -254,6 +257,24 @@ class ReverseProxy:
         finally:
             await answer.aclose()
 
+    async def _exchange(
+        self,
+        transport: OriginTransport,
+        method: str,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: RequestBody,
+    ) -> tuple[OriginAnswer, bytes | None]:
+        """The origin's answer, and its whole body when that came with the head or is short and follows it (as most
+        origins write a page): one message to the client, without the streaming's watcher and task group."""
+        answer = await transport.exchange(method, self._address, target, headers, body, self._timeouts)
+        try:
+            whole = answer.received_body()
+            return answer, whole if whole is not None else await answer.short_body(SHORT_BODY_BYTES)
+        except BaseException:
+            await answer.aclose()
+            raise
+
     def _forward_headers(self, scope: Scope) -> list[tuple[bytes, bytes]]:
         """The request headers sent on, without Host: no hop-by-hop ones, X-Forwarded-* set or believed."""
         client = scope.get("client")
@@ -263,7 +284,10 @@ class ReverseProxy:
         trusted = fill or client_ip in self._trusted
         result: list[tuple[bytes, bytes]] = []
         # As a dict of the headers would hold them: the last of each.
-        host = forwarded_for = forwarded_proto = forwarded_host = None
+        host: bytes | None = None
+        forwarded_for: bytes | None = None
+        forwarded_proto: bytes | None = None
+        forwarded_host: bytes | None = None
         for name, value in _without_hop_by_hop(scope["headers"], HOP_BY_HOP if trusted else _DROPPED_UNTRUSTED):
             if name not in _FORWARDING:
                 result.append((name, value))
@@ -281,8 +305,9 @@ class ReverseProxy:
             chain = forwarded_for + b", " + client_ip.encode() if trusted and forwarded_for else client_ip.encode()
         result.append((b"x-forwarded-for", chain))
         result.append((b"x-forwarded-proto", forwarded_proto or scope.get("scheme", "http").encode()))
-        if forwarded_host or host:
-            result.append((b"x-forwarded-host", forwarded_host or host))
+        shown_host = forwarded_host or host
+        if shown_host:
+            result.append((b"x-forwarded-host", shown_host))
         return result
 
     def _answer_headers(self, raw: list[tuple[bytes, bytes]], scope: Scope) -> list[tuple[bytes, bytes]]:
@@ -380,8 +405,8 @@ def _log_to_stderr() -> None:
 
 
 async def _unless_client_leaves(
-    exchange: Coroutine[Any, Any, OriginAnswer], receive: Receive, body_sent: asyncio.Event | None
-) -> OriginAnswer:
+    exchange: Coroutine[Any, Any, Exchanged], receive: Receive, body_sent: asyncio.Event | None
+) -> Exchanged:
     """The origin's answer, unless the client leaves first: then the request is cancelled and its connection
     (or its place in the pool's queue) freed at once, not when the origin answers a client who is gone.
     With a request body, the client is watched once the body is sent (``body_sent``): the body's stream reads
