@@ -164,32 +164,16 @@ class CrawlerGateMiddleware(GateAdapter):
         """Pass the request to the site, watched by the flow (marked, measured, counted, logged)."""
         passing = self.flow.passing(request, decision, started)
 
-        head: Message | None = None
-
-        def note_head() -> None:
-            nonlocal head
-            if head is not None:
-                passing.answered(head["status"], head["headers"])
-                head = None
-
         async def send_marked(message: Message) -> None:
-            # The flow is told after each send: a person's bytes never wait for the counting or the log line (the
-            # server holds a head until its body's first bytes, so the head is noted after those).
-            nonlocal head
-            kind = message["type"]
-            if kind == "http.response.start":
+            # The flow hears of each message once it is sent: a person's bytes never wait for the counting.
+            if message["type"] == "http.response.start":
+                passing.answered(message["status"], message.get("headers", []))
                 message["headers"] = [*message.get("headers", []), PASS_HEADER]
-                head = message
-                await send(message)
-                return
             try:
                 await send(message)
             finally:
-                if kind == "http.response.body":
-                    note_head()
-                    passing.body(len(message.get("body", b"")))
-                    if not message.get("more_body", False):
-                        passing.finished()
+                if message["type"] == "http.response.body":
+                    passing.body(len(message.get("body", b"")), last=not message.get("more_body", False))
 
         try:
             if passing.wants_form(lambda: next((v for k, v in scope["headers"] if k == b"content-type"), b"")):
@@ -197,7 +181,6 @@ class CrawlerGateMiddleware(GateAdapter):
                 receive = _teed(receive, passing.form)
             await self.app(scope, receive, send_marked)
         finally:
-            note_head()
             passing.left()
         if (after := passing.follow_up()) is not None:
             self.background(after)

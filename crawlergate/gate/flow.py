@@ -341,10 +341,22 @@ def _rendering(page: Page, method: str, headers: RequestHeaders, outcome: bytes,
 
 class Passing:
     """A request on its way to the site. The adapter calls ``answered`` at the answer's head, ``body`` for each
-    piece sent, ``finished`` once it is all sent, ``left`` when the site is done with it (whatever happened),
+    piece once sent, ``finished`` once it is all sent, ``left`` when the site is done with it (whatever happened),
     and, when the site answered without failing, ``follow_up`` for the work to run after it."""
 
-    __slots__ = ("_flow", "request", "decision", "started", "status", "location", "sent", "ttfb_ms", "form", "_in")
+    __slots__ = (
+        "_flow",
+        "request",
+        "decision",
+        "started",
+        "status",
+        "location",
+        "sent",
+        "ttfb_ms",
+        "form",
+        "_in",
+        "_head",
+    )
 
     def __init__(self, flow: CrawlerFlow, request: Request, decision: Decision, started: float) -> None:
         self._flow = flow
@@ -358,6 +370,8 @@ class Passing:
         # The first bytes of a form the write rules read (the adapter keeps them as the site reads the body).
         self.form: bytearray | None = None
         self._in = True
+        # The answer's headers, looked at once its body's first bytes went (``body``) or the site is done (``left``).
+        self._head: Iterable[tuple[bytes, bytes]] | Iterable[tuple[str, str]] | None = None
         flow.core.valve.entered()
 
     def wants_form(self, content_type: Callable[[], bytes]) -> bool:
@@ -369,8 +383,13 @@ class Passing:
         return content_type().lower().startswith(FORM_TYPES)
 
     def answered(self, status: int, headers: Iterable[tuple[bytes, bytes]] | Iterable[tuple[str, str]]) -> None:
-        """The site's answer begins: a page's speed for the valve; its cookie and (first) Location noted."""
+        """The site's answer begins. Its cookie, (first) Location and the page's speed for the valve are noted
+        after its first body bytes are sent: a server holds a head until then, and a person waits for neither."""
         self.status = status
+        self._head = headers
+
+    def _note_head(self, headers: Iterable[tuple[bytes, bytes]] | Iterable[tuple[str, str]]) -> None:
+        self._head = None
         client = self.decision.client
         for name, value in headers:
             lowered = name.lower()
@@ -380,14 +399,18 @@ class Passing:
             elif lowered in _LOCATION and not self.location:
                 self.location = value if isinstance(value, bytes) else value.encode("latin-1")
         key = self.decision.key
-        if key is not None and status < 500:  # a page's speed (not a static file's, nor an error's)
+        if key is not None and self.status < 500:  # a page's speed (not a static file's, nor an error's)
             self._flow.core.valve.sample((time.perf_counter() - self.started) * 1000, key.digest)
 
-    def body(self, size: int) -> None:
-        """A piece of the body goes out (the first one is the time to first byte)."""
+    def body(self, size: int, *, last: bool = False) -> None:
+        """A piece of the body went out (the first one is the time to first byte); the ``last`` one: ``finished``."""
+        if self._head is not None:
+            self._note_head(self._head)
         if self.ttfb_ms < 0:
             self.ttfb_ms = self._flow.metrics.record_for(self.decision.verdict, "pass", self.started)
         self.sent += size
+        if last:
+            self.finished()
 
     def finished(self) -> None:
         """The answer is sent whole: its origin time counted, its line logged."""
@@ -401,6 +424,8 @@ class Passing:
 
     def left(self) -> None:
         """The site is done with the request (answered, failed or abandoned): no longer in flight."""
+        if self._head is not None:
+            self._note_head(self._head)
         if self._in:
             self._in = False
             self._flow.core.valve.left()
