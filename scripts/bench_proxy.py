@@ -8,7 +8,8 @@
   direct hits on), beside nginx `gzip_static` sending the very same file, and `crawlergate serve`.
 - Human pass-through: one request at a time with a person's page-load headers (no queueing, so the
   difference is the proxy's own cost), straight to the forum, whose pages cost 20 ms of CPU, through
-  `crawlergate serve` and through a plain nginx proxy_pass, in turn, request by request.
+  `crawlergate serve` and through a plain nginx proxy_pass, in turn, request by request; with
+  `--against DIR`, through the `serve` of another checkout too (a change measured side by side).
 
 - Human pass-through on a Django site (scripts/django_bench_site.py, a 2 ms page with CSRF) under
   gunicorn, with one connection: straight to gunicorn, through `crawlergate serve` and through a
@@ -17,7 +18,7 @@
 
 Cases run alternately, `--rounds` times; medians are reported. Needs wrk and nginx (Debian packages).
 
-    python scripts/bench_proxy.py [--part forum|django|all] [--seconds 10] [--rounds 3]
+    python scripts/bench_proxy.py [--part forum|django|all] [--seconds 10] [--rounds 3] [--against DIR]
 """
 
 from __future__ import annotations
@@ -51,6 +52,16 @@ def start_gate(folder: Path, port: int, origin: int, workers: int) -> subprocess
     command += ["--port", str(port), "--workers", str(workers), "--cache-dir", str(folder / f"l2-{workers}")]
     environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
     return subprocess.Popen(command, stderr=subprocess.DEVNULL, env=environment)
+
+
+def start_gate_of(checkout: Path, folder: Path, port: int, origin: int) -> subprocess.Popen[bytes]:
+    """``serve`` with one worker, run from another checkout's code (``--against``)."""
+    command = [sys.executable, "-m", "crawlergate", "serve", "--origin", f"http://127.0.0.1:{origin}"]
+    command += ["--port", str(port), "--workers", "1", "--cache-dir", str(folder / "l2-against")]
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
+    environment["PYTHONPATH"] = str(checkout)
+    # From the checkout's folder: `python -m` puts the working folder first on the path.
+    return subprocess.Popen(command, cwd=checkout, stderr=subprocess.DEVNULL, env=environment)
 
 
 def start_nginx(folder: Path, port: int, origin: int, workers: int, log: bool) -> subprocess.Popen[bytes]:
@@ -235,6 +246,12 @@ def main() -> int:
     parser.add_argument("--page-ms", type=float, default=2.0, help="CPU time of the Django page")
     parser.add_argument("--human-requests", type=int, default=300, help="requests per case, pass-through")
     parser.add_argument(
+        "--against",
+        metavar="DIR",
+        help="a checkout of another commit (git worktree add /tmp/before HEAD~3): its `serve` joins the people's "
+        "pass-through, request by request beside this one's",
+    )
+    parser.add_argument(
         "--nginx-logs",
         action="store_true",
         help="the nginx baselines (proxy_cache, gzip_static, proxy_pass) log each request as nginx is shipped "
@@ -298,6 +315,11 @@ def bench_forum(args: argparse.Namespace) -> None:
                 "through crawlergate": gate_ports[1],
                 "through nginx proxy_pass": plain_nginx,
             }
+            if args.against:
+                against = free_port()
+                processes.append(start_gate_of(Path(args.against).resolve(), folder, against, forum))
+                wait_for(against)
+                human_ports["through crawlergate of --against"] = against
             for round_number in range(args.rounds):
                 for name, url in crawler_cases.items():
                     results.setdefault(name, []).append(run_wrk(url, GOOGLEBOT, args.seconds, args.connections))
