@@ -167,8 +167,8 @@ class CrawlerGateMiddleware(GateAdapter):
         async def send_marked(message: Message) -> None:
             # The flow hears of each message once it is sent: a person's bytes never wait for the counting.
             if message["type"] == "http.response.start":
-                passing.answered(message["status"], message.get("headers", []))
                 message["headers"] = [*message.get("headers", []), PASS_HEADER]
+                passing.answered(message["status"], message["headers"])
             try:
                 await send(message)
             finally:

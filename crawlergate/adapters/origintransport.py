@@ -252,18 +252,19 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    async def until_whole(self, limit: int, timeout_s: float | None) -> None:
-        """Wait for the rest of a body of at most ``limit`` bytes by its Content-Length (no longer than the read
-        timeout between two reads); at once for a longer body, one of unknown length, or one that failed."""
+    async def until_whole(self, limit: int, wait_s: float) -> None:
+        """Wait up to ``wait_s`` in all for the rest of a body of at most ``limit`` bytes by its Content-Length; at
+        once for a longer body, one of unknown length, or one that failed. A body still not whole by then is read
+        by iterating, as any other (the read timeout between two reads)."""
         if self._length is None or self._length > limit:
             return
-        while not self._done:
-            self._arrived.clear()
-            try:
-                async with asyncio.timeout(timeout_s):
+        try:
+            async with asyncio.timeout(wait_s):
+                while not self._done:
+                    self._arrived.clear()
                     await self._arrived.wait()
-            except TimeoutError:
-                raise httpx.ReadTimeout("the origin stopped sending in time") from None
+        except TimeoutError:
+            return
 
     def take_whole_body(self) -> bytes | None:
         """The whole body, when all of it has already arrived and none of it was read; else None."""
@@ -322,13 +323,15 @@ class OriginAnswer:
         self._started = body is not None
         return body
 
-    async def short_body(self, limit: int) -> bytes | None:
-        """The whole body of a short answer (a Content-Length of at most ``limit``) once the rest of it arrived: most
-        origins write a page's head and its body apart, and the body follows at once. None for a longer body or one
-        of unknown length, and for one the origin broke off (iterating then gives what came, and the error)."""
+    async def short_body(self, limit: int, wait_s: float) -> bytes | None:
+        """The whole body of a short answer (a Content-Length of at most ``limit``) once the rest of it came, within
+        ``wait_s`` (and the read timeout): most origins write a page's head and its body apart, and the body follows
+        at once. None for a longer body or one of unknown length, one that comes slower or that the origin broke
+        off: iterating then gives what came, the rest, or the error, as for any answer."""
         if self._started:
             return None
-        await self._connection.until_whole(limit, self._timeout_s)
+        timeout_s = self._timeout_s
+        await self._connection.until_whole(limit, wait_s if timeout_s is None else min(wait_s, timeout_s))
         return self.received_body()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:

@@ -84,9 +84,11 @@ _FORWARDING = frozenset((b"host", *_FORWARDED))
 # Response headers that may carry an absolute URL of the origin.
 _URL_HEADERS = (b"location", b"content-location", b"refresh", b"link")
 _LINK_TARGET = re.compile(rb"<([^>]*)>")
-# An answer whose Content-Length is at most this goes to the client whole, once its body followed its head (nginx
-# reads an answer into 32-64 KB of buffers before the client gets it, whole when it fits).
+# An answer whose Content-Length is at most this goes to the client whole when its body follows its head within
+# SHORT_BODY_WAIT_S (nginx reads an answer into 32-64 KB of buffers before the client gets it, whole when it fits);
+# a body that comes slower streams as it comes, as any other.
 SHORT_BODY_BYTES = 64 * 1024
+SHORT_BODY_WAIT_S = 0.25
 Exchanged = TypeVar("Exchanged")
 _REFRESH_URL = re.compile(rb"(?i)(url\s*=\s*['\"]?)([^'\";]+)")
 
@@ -265,12 +267,12 @@ class ReverseProxy:
         headers: list[tuple[bytes, bytes]],
         body: RequestBody,
     ) -> tuple[OriginAnswer, bytes | None]:
-        """The origin's answer, and its whole body when that came with the head or is short and follows it (as most
-        origins write a page): one message to the client, without the streaming's watcher and task group."""
+        """The origin's answer, and its whole body when that came with the head or is short and follows it at once (as
+        most origins write a page): one message to the client, without the streaming's watcher and task group."""
         answer = await transport.exchange(method, self._address, target, headers, body, self._timeouts)
         try:
             whole = answer.received_body()
-            return answer, whole if whole is not None else await answer.short_body(SHORT_BODY_BYTES)
+            return answer, whole if whole is not None else await answer.short_body(SHORT_BODY_BYTES, SHORT_BODY_WAIT_S)
         except BaseException:
             await answer.aclose()
             raise

@@ -356,6 +356,7 @@ class Passing:
         "form",
         "_in",
         "_head",
+        "_head_at",
     )
 
     def __init__(self, flow: CrawlerFlow, request: Request, decision: Decision, started: float) -> None:
@@ -372,6 +373,7 @@ class Passing:
         self._in = True
         # The answer's headers, looked at once its body's first bytes went (``body``) or the site is done (``left``).
         self._head: Iterable[tuple[bytes, bytes]] | Iterable[tuple[str, str]] | None = None
+        self._head_at = 0.0
         flow.core.valve.entered()
 
     def wants_form(self, content_type: Callable[[], bytes]) -> bool:
@@ -387,6 +389,7 @@ class Passing:
         after its first body bytes are sent: a server holds a head until then, and a person waits for neither."""
         self.status = status
         self._head = headers
+        self._head_at = time.perf_counter()  # the page's speed: the origin's time to its head
 
     def _note_head(self, headers: Iterable[tuple[bytes, bytes]] | Iterable[tuple[str, str]]) -> None:
         self._head = None
@@ -400,7 +403,7 @@ class Passing:
                 self.location = value if isinstance(value, bytes) else value.encode("latin-1")
         key = self.decision.key
         if key is not None and self.status < 500:  # a page's speed (not a static file's, nor an error's)
-            self._flow.core.valve.sample((time.perf_counter() - self.started) * 1000, key.digest)
+            self._flow.core.valve.sample((self._head_at - self.started) * 1000, key.digest)
 
     def body(self, size: int, *, last: bool = False) -> None:
         """A piece of the body went out (the first one is the time to first byte); the ``last`` one: ``finished``."""
