@@ -573,3 +573,27 @@ def test_proxy_the_gates_own_504s_never_trip_the_valve(tmp_path: Path) -> None:
         origin.stop()
     assert [answer.status_code for answer in refused] == [504] * 3
     assert [answer.status_code for answer in crawler] == [200] * 4
+
+
+def test_proxy_a_304_or_204_with_a_content_length_keeps_the_connection(tmp_path: Path) -> None:
+    """RFC 9110 lets a 304 carry the page's Content-Length: passed on, the server in front waited for a body that
+    never comes, broke the client's connection and logged a traceback."""
+
+    def answer(method: bytes, path: bytes) -> tuple[bytes, bool | str]:
+        if path == b"/not-modified":
+            return b'HTTP/1.1 304 Not Modified\r\nETag: "7"\r\nContent-Length: 5000\r\n\r\n', False
+        if path == b"/no-content":
+            return b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n", False
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok", False
+
+    origin = RawHttpServer(answer).start()
+    proxy = proxy_thread(origin.url, tmp_path)
+    try:
+        with httpx.Client(base_url=proxy.url) as person:
+            answers = [person.get(path, headers=FIREFOX) for path in ("/not-modified", "/no-content", "/after")]
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert [answer.status_code for answer in answers] == [304, 204, 200]
+    assert answers[0].headers["etag"] == '"7"' and "content-length" not in answers[0].headers
+    assert answers[2].text == "ok"

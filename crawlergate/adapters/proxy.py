@@ -79,7 +79,7 @@ _ORIGIN_ONLY = (b"date", b"server")
 # What each leg drops: a client's claims unless it is a trusted proxy, and the origin's own Date and Server.
 _DROPPED_UNTRUSTED = HOP_BY_HOP | frozenset(_CLAIMS)
 _DROPPED_FROM_ORIGIN = HOP_BY_HOP | frozenset(_ORIGIN_ONLY)
-_DROPPED_FROM_CHUNKED_ORIGIN = _DROPPED_FROM_ORIGIN | {b"content-length"}
+_DROPPED_FROM_UNFRAMED_ORIGIN = _DROPPED_FROM_ORIGIN | {b"content-length"}
 _FORWARDING = frozenset((b"host", *_FORWARDED))
 # Response headers that may carry an absolute URL of the origin.
 _URL_HEADERS = (b"location", b"content-location", b"refresh", b"link")
@@ -236,7 +236,7 @@ class ReverseProxy:
                 {
                     "type": "http.response.start",
                     "status": answer.status,
-                    "headers": self._answer_headers(answer.headers, scope),
+                    "headers": self._answer_headers(answer.status, answer.headers, scope),
                 }
             )
             if whole is not None:
@@ -312,10 +312,11 @@ class ReverseProxy:
             result.append((b"x-forwarded-host", shown_host))
         return result
 
-    def _answer_headers(self, raw: list[tuple[bytes, bytes]], scope: Scope) -> list[tuple[bytes, bytes]]:
-        chunked = any(name.lower() == b"transfer-encoding" for name, _ in raw)
-        # With Transfer-Encoding, Content-Length must be ignored (RFC 9112 6.3) and so never passed on.
-        headers = _without_hop_by_hop(raw, _DROPPED_FROM_CHUNKED_ORIGIN if chunked else _DROPPED_FROM_ORIGIN)
+    def _answer_headers(self, status: int, raw: list[tuple[bytes, bytes]], scope: Scope) -> list[tuple[bytes, bytes]]:
+        # With Transfer-Encoding, Content-Length must be ignored (RFC 9112 6.3) and so never passed on; on a 204 or a
+        # 304 it frames no body (a 304's is the page's length), and the server in front would wait for one.
+        unframed = status in (204, 304) or any(name.lower() == b"transfer-encoding" for name, _ in raw)
+        headers = _without_hop_by_hop(raw, _DROPPED_FROM_UNFRAMED_ORIGIN if unframed else _DROPPED_FROM_ORIGIN)
         for index, (name, value) in enumerate(headers):
             if name in _URL_HEADERS and self._origin_lower in value.lower():
                 headers[index] = (name, self._public_address(name, value, scope))
