@@ -84,13 +84,13 @@ _FORWARDING = frozenset((b"host", *_FORWARDED))
 # Response headers that may carry an absolute URL of the origin.
 _URL_HEADERS = (b"location", b"content-location", b"refresh", b"link")
 _LINK_TARGET = re.compile(rb"<([^>]*)>")
+_REFRESH_URL = re.compile(rb"(?i)(url\s*=\s*['\"]?)([^'\";]+)")
 # An answer whose Content-Length is at most this goes to the client whole when its body follows its head within
 # SHORT_BODY_WAIT_S (nginx reads an answer into 32-64 KB of buffers before the client gets it, whole when it fits);
 # a body that comes slower streams as it comes, as any other.
 SHORT_BODY_BYTES = 64 * 1024
 SHORT_BODY_WAIT_S = 0.25
 Exchanged = TypeVar("Exchanged")
-_REFRESH_URL = re.compile(rb"(?i)(url\s*=\s*['\"]?)([^'\";]+)")
 
 
 class ReverseProxy:
