@@ -47,20 +47,17 @@ def start_forum(folder: Path, port: int, work_ms: float) -> subprocess.Popen[byt
     return subprocess.Popen(command, stderr=subprocess.DEVNULL)
 
 
-def start_gate(folder: Path, port: int, origin: int, workers: int) -> subprocess.Popen[bytes]:
+def start_gate(
+    folder: Path, port: int, origin: int, workers: int, checkout: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """``serve`` in front of ``origin``; with ``checkout``, run from that checkout's code (``--against``)."""
     command = [sys.executable, "-m", "crawlergate", "serve", "--origin", f"http://127.0.0.1:{origin}"]
-    command += ["--port", str(port), "--workers", str(workers), "--cache-dir", str(folder / f"l2-{workers}")]
+    cache = folder / (f"l2-{workers}" if checkout is None else "l2-against")
+    command += ["--port", str(port), "--workers", str(workers), "--cache-dir", str(cache)]
     environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
-    return subprocess.Popen(command, stderr=subprocess.DEVNULL, env=environment)
-
-
-def start_gate_of(checkout: Path, folder: Path, port: int, origin: int) -> subprocess.Popen[bytes]:
-    """``serve`` with one worker, run from another checkout's code (``--against``)."""
-    command = [sys.executable, "-m", "crawlergate", "serve", "--origin", f"http://127.0.0.1:{origin}"]
-    command += ["--port", str(port), "--workers", "1", "--cache-dir", str(folder / "l2-against")]
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
-    environment["PYTHONPATH"] = str(checkout)
-    # From the checkout's folder: `python -m` puts the working folder first on the path.
+    if checkout is not None:
+        environment["PYTHONPATH"] = str(checkout)
+    # A checkout's gate runs from its folder: `python -m` puts the working folder first on the path.
     return subprocess.Popen(command, cwd=checkout, stderr=subprocess.DEVNULL, env=environment)
 
 
@@ -317,7 +314,7 @@ def bench_forum(args: argparse.Namespace) -> None:
             }
             if args.against:
                 against = free_port()
-                processes.append(start_gate_of(Path(args.against).resolve(), folder, against, forum))
+                processes.append(start_gate(folder, against, forum, 1, Path(args.against).resolve()))
                 wait_for(against)
                 human_ports["through crawlergate of --against"] = against
             for round_number in range(args.rounds):

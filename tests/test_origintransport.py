@@ -209,7 +209,7 @@ def test_origintransport_a_short_body_written_after_its_head_is_handed_over_whol
         answer = await transport.exchange("GET", address, path, [], None, TIMEOUTS)
         try:
             assert answer.received_body() is None  # the body was not there with the head
-            whole = await answer.short_body(65536, 2.0)
+            whole = await answer.whole_body(65536, 2.0)
             try:
                 rest = b"".join([chunk async for chunk in answer])
             except httpx.HTTPError as exc:
@@ -245,7 +245,7 @@ def test_origintransport_a_short_body_that_stalls_streams_what_came_then_times_o
         started = time.monotonic()
         came = b""
         try:
-            assert await answer.short_body(65536, 0.3) is None
+            assert await answer.whole_body(65536, 0.3) is None
             waited = time.monotonic() - started
             with pytest.raises(httpx.ReadTimeout):
                 async for chunk in answer:

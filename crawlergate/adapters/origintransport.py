@@ -254,9 +254,9 @@ class _Connection(asyncio.Protocol):
 
     async def until_whole(self, limit: int, wait_s: float) -> None:
         """Wait up to ``wait_s`` in all for the rest of a body of at most ``limit`` bytes by its Content-Length; at
-        once for a longer body, one of unknown length, or one that failed. A body still not whole by then is read
-        by iterating, as any other (the read timeout between two reads)."""
-        if self._length is None or self._length > limit:
+        once for a body already whole, a longer one, one of unknown length, or one that failed. A body still not
+        whole by then is read by iterating, as any other (the read timeout between two reads)."""
+        if self._done or self._length is None or self._length > limit:
             return
         try:
             async with asyncio.timeout(wait_s):
@@ -323,11 +323,11 @@ class OriginAnswer:
         self._started = body is not None
         return body
 
-    async def short_body(self, limit: int, wait_s: float) -> bytes | None:
-        """The whole body of a short answer (a Content-Length of at most ``limit``) once the rest of it came, within
-        ``wait_s`` (and the read timeout): most origins write a page's head and its body apart, and the body follows
-        at once. None for a longer body or one of unknown length, one that comes slower or that the origin broke
-        off: iterating then gives what came, the rest, or the error, as for any answer."""
+    async def whole_body(self, limit: int, wait_s: float) -> bytes | None:
+        """The whole body when it came with the head, or when it is short (a Content-Length of at most ``limit``)
+        and the rest of it comes within ``wait_s`` (and the read timeout): most origins write a page's head and its
+        body apart, and the body follows at once. None for a longer body or one of unknown length, one that comes
+        slower or that the origin broke off: iterating then gives what came, the rest, or the error."""
         if self._started:
             return None
         timeout_s = self._timeout_s

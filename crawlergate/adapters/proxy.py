@@ -271,8 +271,7 @@ class ReverseProxy:
         most origins write a page): one message to the client, without the streaming's watcher and task group."""
         answer = await transport.exchange(method, self._address, target, headers, body, self._timeouts)
         try:
-            whole = answer.received_body()
-            return answer, whole if whole is not None else await answer.short_body(SHORT_BODY_BYTES, SHORT_BODY_WAIT_S)
+            return answer, await answer.whole_body(SHORT_BODY_BYTES, SHORT_BODY_WAIT_S)
         except BaseException:
             await answer.aclose()
             raise
@@ -285,31 +284,24 @@ class ReverseProxy:
         fill = FILL_EXTENSION in scope.get("extensions", {})
         trusted = fill or client_ip in self._trusted
         result: list[tuple[bytes, bytes]] = []
-        # As a dict of the headers would hold them: the last of each.
-        host: bytes | None = None
-        forwarded_for: bytes | None = None
-        forwarded_proto: bytes | None = None
-        forwarded_host: bytes | None = None
+        forwarding: dict[bytes, bytes] = {}  # Host and X-Forwarded-*, the last of each
         for name, value in _without_hop_by_hop(scope["headers"], HOP_BY_HOP if trusted else _DROPPED_UNTRUSTED):
-            if name not in _FORWARDING:
-                result.append((name, value))
-            elif name == b"host":
-                host = value
-            elif name == b"x-forwarded-for":
-                forwarded_for = value
-            elif name == b"x-forwarded-proto":
-                forwarded_proto = value
+            if name in _FORWARDING:
+                forwarding[name] = value
             else:
-                forwarded_host = value
+                result.append((name, value))
+        forwarded_for = forwarding.get(b"x-forwarded-for")
         if fill and forwarded_for:
             chain = forwarded_for
         else:
             chain = forwarded_for + b", " + client_ip.encode() if trusted and forwarded_for else client_ip.encode()
         result.append((b"x-forwarded-for", chain))
-        result.append((b"x-forwarded-proto", forwarded_proto or scope.get("scheme", "http").encode()))
-        shown_host = forwarded_host or host
-        if shown_host:
-            result.append((b"x-forwarded-host", shown_host))
+        result.append(
+            (b"x-forwarded-proto", forwarding.get(b"x-forwarded-proto") or scope.get("scheme", "http").encode())
+        )
+        host = forwarding.get(b"x-forwarded-host") or forwarding.get(b"host")
+        if host:
+            result.append((b"x-forwarded-host", host))
         return result
 
     def _answer_headers(self, status: int, raw: list[tuple[bytes, bytes]], scope: Scope) -> list[tuple[bytes, bytes]]:

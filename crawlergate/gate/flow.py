@@ -391,8 +391,8 @@ class Passing:
         self._head = headers
         self._head_at = time.perf_counter()  # the page's speed: the origin's time to its head
 
-    def _note_head(self, headers: Iterable[tuple[bytes, bytes]] | Iterable[tuple[str, str]]) -> None:
-        self._head = None
+    def _note_head(self) -> None:
+        headers, self._head = self._head or (), None
         client = self.decision.client
         for name, value in headers:
             lowered = name.lower()
@@ -408,7 +408,7 @@ class Passing:
     def body(self, size: int, *, last: bool = False) -> None:
         """A piece of the body went out (the first one is the time to first byte); the ``last`` one: ``finished``."""
         if self._head is not None:
-            self._note_head(self._head)
+            self._note_head()
         if self.ttfb_ms < 0:
             self.ttfb_ms = self._flow.metrics.record_for(self.decision.verdict, "pass", self.started)
         self.sent += size
@@ -428,7 +428,7 @@ class Passing:
     def left(self) -> None:
         """The site is done with the request (answered, failed or abandoned): no longer in flight."""
         if self._head is not None:
-            self._note_head(self._head)
+            self._note_head()
         if self._in:
             self._in = False
             self._flow.core.valve.left()
