@@ -25,7 +25,7 @@ from crawlergate.adapters.inapp import AsgiOrigin
 from crawlergate.cache import CacheHit, TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings
-from crawlergate.gate.answer import Response, send_response
+from crawlergate.gate.answer import Later, Response, send_response
 from crawlergate.gate.fill import FillResult
 from crawlergate.gate.flow import PASS_HEADER, Prepared, Waiting, run
 from crawlergate.gate.origin import OriginResponse, PublicSite
@@ -122,15 +122,17 @@ class CrawlerGateMiddleware(GateAdapter):
         await send_response(send, answer.response)
         self.flow.finish(request, decision, answer, started)
 
-    def answer_at_once(self, request: Request, started: float, scope: dict[str, object]) -> Response | None:
+    def answer_at_once(self, request: Request, started: float, scope: Scope, may_wait: bool) -> Response | Later | None:
         """For a server that parses requests itself (``serve``'s protocol): the whole response when the gate has
-        it at once; else None, and the request, decided, goes on through ``__call__`` (kept in ``scope``)."""
+        it at once; with ``may_wait`` (a request without a body), the coroutine that gives the gate's own answer
+        once its steps are done (an L2 read, a fill, a large page); else None, and the request, decided, goes on
+        through ``__call__`` (kept in ``scope``, with the server's ``server``, ``scheme`` and ``root_path``)."""
         if not self._scheduling:
             return None
         answered = self.flow.answer_at_once(request, self, started)
         if isinstance(answered, Prepared):
             scope[PREPARED] = answered
-            return None
+            return self.flow.answer_later(answered, self, scope) if may_wait and answered.progress else None
         return answered
 
     async def lookup_l2(self, key: CacheKey) -> CacheHit | None:

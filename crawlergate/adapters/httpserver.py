@@ -22,12 +22,17 @@ from typing import Any
 
 import httptools
 from uvicorn._types import HTTPScope
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from crawlergate.config import ServerSettings
-from crawlergate.gate.answer import Response
+from crawlergate.gate.answer import SEND_PIECE_BYTES, Later, Response
 from crawlergate.gate.request import Request
 
+# What a client gets when the gate failed on its request (uvicorn's own words), before the connection closes.
+_INTERNAL_ERROR = (
+    b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error"
+)
 # A Host value: a registered name or an IPv4 address, or an IPv6 literal in brackets, with an optional port
 # (RFC 3986 3.2.2); nginx refuses the rest ("client sent invalid host header").
 _HOST = re.compile(rb"(?:[A-Za-z0-9\-._~%!$&'()*+,;=]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{0,5})?")
@@ -94,17 +99,19 @@ class _HeadJoiningTransport:
         return getattr(self._transport, name)
 
 
-# The app's ``answer_at_once`` (adapters/asgi.py): the whole response for a request, or None.
-AnswerAtOnce = Callable[[Request, float, Any], Response | None]
+# The app's ``answer_at_once`` (adapters/asgi.py): the whole response for a request; for a request without a body
+# (the last argument), a coroutine that gives the gate's answer once it waited (and the call that counts it); or None.
+AnswerAtOnce = Callable[[Request, float, Any, bool], Response | Later | None]
 
 
-class _Answered:
-    """Stands for the request cycle of a request the protocol answered itself: complete, so uvicorn's callbacks
-    (its body, its end, the connection's loss) leave it alone."""
+class _InProtocol:
+    """Stands for the request cycle of a request the protocol answers itself: uvicorn's callbacks (its body, its
+    end) leave it alone, and the connection's loss marks it."""
 
     response_started = True
     response_complete = True
     disconnected = False
+    keep_alive = True
 
     class message_event:  # noqa: N801 - the cycle's attribute uvicorn sets when the connection is lost
         @staticmethod
@@ -112,7 +119,16 @@ class _Answered:
             pass
 
 
-_ANSWERED = _Answered()
+class _Answering(_InProtocol):
+    """A request whose answer the protocol writes once the gate has it (a fill, an L2 read): under way until then,
+    so requests behind it wait their turn."""
+
+    def __init__(self, keep_alive: bool) -> None:
+        self.response_complete = False
+        self.keep_alive = keep_alive
+
+
+_ANSWERED = _InProtocol()
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
@@ -145,6 +161,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._hosts = 0
         self._host = b""
         self._transfer_encoding = False
+        self._content_length = False
         # A refusal (400, 431, 505) waiting for the answers to the requests before it: it goes last, and nothing
         # after it is read.
         self._refusal: bytes | None = None
@@ -190,6 +207,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._hosts = 0
         self._host = b""
         self._transfer_encoding = False
+        self._content_length = False
         if self._head_since is None:  # the first request's head is timed from the connection's start
             self._head_since = self.loop.time()
             deadline = self._head_since + HeadLimits.timeout_s
@@ -205,6 +223,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 self._host = value
             elif name == b"transfer-encoding":
                 self._transfer_encoding = True
+            elif name == b"content-length":
+                self._content_length = value.strip() not in (b"0", b"")
             elif name == b"expect" and value.lower() == b"100-continue":
                 self.expect_100_continue = True
             self.headers.append((name, value))
@@ -259,8 +279,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._head_tail = b""
         self._reading_head = True
-        # An answer given at once has nothing left to hear of its request.
-        if self.cycle is not _ANSWERED:  # type: ignore[comparison-overlap]
+        # An answer the protocol gives has nothing left to hear of its request.
+        if not isinstance(self.cycle, _InProtocol):
             super().on_message_complete()
 
     def handle_websocket_upgrade(self) -> None:
@@ -293,25 +313,120 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.scheme or "http",
             version,
         )
-        response = answer_at_once(request, started, handed_on)
+        may_wait = not self._transfer_encoding and not self._content_length
+        if may_wait:  # what a fill asks the site as, should the gate fill
+            handed_on.update(server=self.server, scheme=self.scheme, root_path=self.root_path)
+        response = answer_at_once(request, started, handed_on, may_wait)
         if response is None:
             return False
-        status, headers, body = response
         keep_alive = version != "1.0" and self.parser.should_keep_alive()
+        if not isinstance(response, tuple):
+            self._answer_later(response, request, handed_on, keep_alive)
+            return True
+        self.cycle = _ANSWERED  # type: ignore[assignment]
+        self._write_whole(self._head(response, method, keep_alive, whole=True))
+        if not keep_alive:
+            self.transport.close()
+        self.on_response_complete()
+        return True
+
+    def _head(self, response: Response, method: bytes, keep_alive: bool, *, whole: bool) -> bytes:
+        """The response's status line and headers, and (``whole``) its body."""
+        status, headers, body = response
         head = [STATUS_LINE[status]]
         for name, value in (*self.server_state.default_headers, *headers):
             head += (name, b": ", value, b"\r\n")
         if not keep_alive:
             head.append(b"connection: close\r\n")
         head.append(b"\r\n")
-        if method != b"HEAD":  # a HEAD answer's Content-Length is the GET's, and nothing follows its head
+        if whole and method != b"HEAD":  # a HEAD answer's Content-Length is the GET's, and nothing follows its head
             head.append(body)
-        self.cycle = _ANSWERED  # type: ignore[assignment]
-        self._write_whole(b"".join(head))
-        if not keep_alive:
+        return b"".join(head)
+
+    def _answer_later(self, later: Later, request: Request, handed_on: dict[str, object], keep_alive: bool) -> None:
+        """Write the gate's answer once it has it, in a task of the connection's: requests behind it wait their turn
+        (uvicorn's pipeline), as behind any answer under way."""
+        answering = _Answering(keep_alive)
+        self.cycle = answering  # type: ignore[assignment]
+        task = self.loop.create_task(self._write_later(later, answering, request, handed_on))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    async def _write_later(
+        self,
+        later: Later,
+        answering: _Answering,
+        request: Request,
+        handed_on: dict[str, object],
+    ) -> None:
+        try:
+            answered = await later
+        except Exception:
+            self.logger.exception("Exception in ASGI application\n")  # as uvicorn says of an app's failure
+            answered = None
+            if not answering.disconnected:
+                self._write_whole(_INTERNAL_ERROR)
+            answering.keep_alive = False
+        else:
+            if answered is None:  # the site answers after all: the ASGI way, the request as decided
+                self._start_late_cycle(answering, request, handed_on)
+                return
+            await self._write_answered(answered[0], request.method.encode("ascii"), answering)
+        answering.response_complete = True
+        if answered is not None:
+            answered[1]()
+        if not answering.keep_alive:
             self.transport.close()
         self.on_response_complete()
-        return True
+
+    async def _write_answered(self, response: Response, method: bytes, answering: _Answering) -> None:
+        """Write ``response``; a large body in pieces, each once the client's socket took the one before."""
+        body = response[2]
+        whole = len(body) <= SEND_PIECE_BYTES
+        if answering.disconnected:
+            return
+        self._write_whole(self._head(response, method, answering.keep_alive, whole=whole))
+        if whole or method == b"HEAD":
+            return
+        view = memoryview(body)
+        for start in range(0, len(body), SEND_PIECE_BYTES):
+            if self.flow.write_paused:
+                await self.flow.drain()
+            if answering.disconnected:
+                return
+            self._write_whole(bytes(view[start : start + SEND_PIECE_BYTES]))
+
+    def _start_late_cycle(self, answering: _Answering, request: Request, handed_on: dict[str, object]) -> None:
+        """Hand a request the gate passes to the site, after waiting, to an ASGI cycle of uvicorn's."""
+        scope = self._asgi_scope()
+        scope["headers"] = list(request.headers)
+        scope.update(  # type: ignore[typeddict-item]
+            method=request.method,
+            path=request.path,
+            raw_path=request.raw_path,
+            query_string=request.query,
+            **handed_on,
+        )
+        if request.http_version != "1.1":
+            scope["http_version"] = request.http_version
+        cycle = RequestResponseCycle(
+            scope=scope,
+            transport=self.transport,
+            flow=self.flow,
+            logger=self.logger,
+            access_logger=self.access_logger,
+            access_log=self.access_log,
+            default_headers=self.server_state.default_headers,
+            message_event=asyncio.Event(),
+            expect_100_continue=False,
+            keep_alive=answering.keep_alive,
+            on_response=self.on_response_complete,
+        )
+        cycle.more_body = False  # the request had no body, and was read whole
+        cycle.disconnected = answering.disconnected
+        if self.cycle is answering:  # nothing behind it yet: the connection's loss now marks this cycle
+            self.cycle = cycle
+        self._start_asgi_task(cycle, self.app)
 
     def _malformed(self) -> bytes:
         """Why the request is refused before any app sees it (RFC 9112), for crawlers and people alike; or b""."""

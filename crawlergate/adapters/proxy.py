@@ -9,7 +9,8 @@ believed only from configured proxies. The origin sees the client's ``Host`` (ng
 one (nginx's ``proxy_redirect default``), so a person never leaves the gate after a form. The origin's
 ``Date`` and ``Server`` give way to the gate's own (nginx's ``proxy_hide_header`` defaults): one of
 each. An origin that refuses or times out gets a clear 502 or 504. The gate's guest sub-requests go
-through this same app, so a mounted gate and the proxy share one code path.
+through this same app, without ASGI's messages (``fetch_for_fill``): the same headers out and in, the
+same origin connections.
 
     app = create_app(load_settings(None, os.environ, {"server.origin": "http://127.0.0.1:8000"}))
 """
@@ -39,7 +40,7 @@ from crawlergate.config import Settings, load_settings
 from crawlergate.errors import ConfigError, OriginError, OriginTimeout
 from crawlergate.gate.answer import plain_response, send_response
 from crawlergate.gate.forwarded import TrustedProxies
-from crawlergate.gate.origin import FILL_EXTENSION, PublicSite
+from crawlergate.gate.origin import FILL_EXTENSION, GuestBody, PublicSite
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ class ReverseProxy:
             return
         if scope["type"] != "http":
             return
-        if not self._per_client or FILL_EXTENSION in scope.get("extensions", {}):
+        if not self._per_client:
             await self._forward(scope, receive, send)
             return
         client = scope.get("client")
@@ -204,31 +205,22 @@ class ReverseProxy:
             # Asterisk and absolute-form targets are not for an origin; two Hosts are refused (RFC 9112 3.2).
             await send_response(send, plain_response(400, b"Bad Request\n", outcome=None))
             return
-        target = self._origin_prefix + raw_path + (b"?" + query if query else b"")
-        headers = self._forward_headers(scope)
-        if self._client_host and hosts:
-            headers.append((b"host", hosts[0]))
+        target, headers = self._outgoing(scope, raw_path, query, hosts)
         method: str = scope["method"]
         # A body's end, after which the client's leaving is watched for (until then the body's stream sees it).
         body_sent = asyncio.Event() if _has_body(scope) else None
         body = _request_body(receive, body_sent) if body_sent is not None else None
-        fill = FILL_EXTENSION in scope.get("extensions", {})
-        transport = self._single_use if fill or method == "HEAD" else self._transport
+        transport = self._single_use if method == "HEAD" else self._transport
         try:
             exchange = self._exchange(transport, method, target, headers, body)
-            # A fill has no client to leave.
-            answer, whole = await (exchange if fill else _unless_client_leaves(exchange, receive, body_sent))
+            answer, whole = await _unless_client_leaves(exchange, receive, body_sent)
         except _ClientLeft:
             return  # the origin's connection was closed mid-body: nobody is left to answer
-        except httpx.TimeoutException as exc:
-            if fill:  # the gate's own fill: the filler says what failed, not a 504 of ours posing as the site's
-                raise OriginTimeout(f"the origin {self.origin} did not answer in time") from exc
+        except httpx.TimeoutException:
             await send_response(send, plain_response(504, b"The origin did not answer in time.\n", outcome=None))
             return
         except (httpx.HTTPError, OSError) as exc:
             logger.warning("origin %s failed: %s", self.origin, exc)
-            if fill:
-                raise OriginError(f"the origin {self.origin} cannot be reached: {exc or type(exc).__name__}") from exc
             await send_response(send, plain_response(502, b"The origin cannot be reached.\n", outcome=None))
             return
         try:
@@ -258,6 +250,44 @@ class ReverseProxy:
                     streaming.cancel_scope.cancel()
         finally:
             await answer.aclose()
+
+    async def fetch_for_fill(self, scope: Scope, body: GuestBody) -> tuple[int, list[tuple[bytes, bytes]], bool]:
+        """A fill (``scope`` as AsgiOrigin makes it) without ASGI's messages: the answer's status and headers as sent
+        on, its body into ``body``, and whether it came whole. The filler says what failed (OriginTimeout,
+        OriginError), not a 504 or 502 of ours posing as the site's."""
+        hosts = [value for name, value in scope["headers"] if name == b"host"]
+        target, headers = self._outgoing(scope, scope["raw_path"], scope["query_string"], hosts)
+        try:
+            answer, whole = await self._exchange(self._single_use, "GET", target, headers, None)
+        except httpx.TimeoutException as exc:
+            raise OriginTimeout(f"the origin {self.origin} did not answer in time") from exc
+        except (httpx.HTTPError, OSError) as exc:
+            logger.warning("origin %s failed: %s", self.origin, exc)
+            raise OriginError(f"the origin {self.origin} cannot be reached: {exc or type(exc).__name__}") from exc
+        try:
+            answer_headers = self._answer_headers(answer.status, answer.headers, scope)
+            if whole is not None:
+                body.add(whole)
+                return answer.status, answer_headers, True
+            try:
+                async for chunk in answer:
+                    body.add(chunk)
+            except httpx.HTTPError as exc:  # the page is not whole: the fill will not store it
+                logger.warning("origin %s broke off a response: %s", self.origin, exc)
+                return answer.status, answer_headers, False
+            return answer.status, answer_headers, True
+        finally:
+            await answer.aclose()
+
+    def _outgoing(
+        self, scope: Scope, raw_path: bytes, query: bytes, hosts: list[bytes]
+    ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+        """The target and headers a request goes to the origin with."""
+        target = self._origin_prefix + raw_path + (b"?" + query if query else b"")
+        headers = self._forward_headers(scope)
+        if self._client_host and hosts:
+            headers.append((b"host", hosts[0]))
+        return target, headers
 
     async def _exchange(
         self,

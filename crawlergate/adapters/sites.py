@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.admin.endpoints import AdminEndpoints
 from crawlergate.config import Settings
-from crawlergate.gate.answer import Response, json_response, plain_response, send_response
+from crawlergate.gate.answer import Later, Response, json_response, plain_response, send_response
 from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.gate.request import Request
 
@@ -84,9 +84,9 @@ class SiteGates:
             gate = self._by_host.get(name + colon + port) or self._by_host.get(name)
         return gate
 
-    def answer_at_once(self, request: Request, started: float, scope: dict[str, object]) -> Response | None:
+    def answer_at_once(self, request: Request, started: float, scope: Scope, may_wait: bool) -> Response | Later | None:
         gate = self.gate_for(request.peer, request.headers)
-        return gate.answer_at_once(request, started, scope) if gate is not None else None
+        return gate.answer_at_once(request, started, scope, may_wait) if gate is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

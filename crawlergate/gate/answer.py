@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from email.utils import formatdate
 from typing import Any, Protocol
 
@@ -25,6 +25,10 @@ class ConditionalHeaders(Protocol):
 
 
 Response = tuple[int, list[tuple[bytes, bytes]], bytes]
+# A response the gate gave itself, and the call that counts and logs it once it is sent.
+Answered = tuple[Response, Callable[[], None]]
+# A server that answers requests itself awaits this for an answer that must wait (None: the site answers).
+Later = Coroutine[Any, Any, Answered | None]
 # An ASGI ``send``: the adapters' to give, so the live gate imports no interface's types.
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 # Bodies larger than this are sent in pieces of this size (the size of a socket's write buffer).

@@ -36,6 +36,7 @@ from crawlergate.gate.accesslog import AccessLog
 from crawlergate.gate.answer import (
     INLINE_PAGE_BYTES,
     SEND_PIECE_BYTES,
+    Answered,
     Response,
     accepts_gzip,
     page_response,
@@ -231,6 +232,18 @@ class CrawlerFlow:
             self.finish(request, prepared.decision, answer, started)
             return answer.response
         return prepared
+
+    async def answer_later(self, prepared: Prepared, runner: StepRunner, context: Any) -> Answered | None:
+        """The answer to a request ``answer_at_once`` prepared (its steps run on), and the call that counts it once
+        sent; None: the site answers (the prepared request now says so, for the adapter's way)."""
+        answer = prepared.progress
+        if isinstance(answer, Waiting):
+            answer = await run(answer, runner, context)
+        if answer is None:
+            prepared.progress = None
+            return None
+        return answer.response, functools.partial(self.finish, prepared.request, prepared.decision, answer,
+                                                  prepared.started)  # fmt: skip
 
     def answer(self, request: Request, decision: Decision) -> Steps | None:
         """The steps to the answer the gate gives itself; None: the site answers (every request routed to PASS)."""
