@@ -195,6 +195,31 @@ def proxy_thread(origin: str, tmp_path: Path, *, cache: CacheSettings | None = N
     return ServerThread(create_app(settings)).start()
 
 
+def out_of_memory(path: Path) -> None:
+    """Have the system drop a file's pages from its memory, as after a restart: reading it waits for the disk."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+        os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(descriptor)
+
+
+def reads_without_waiting(folder: Path) -> bool:
+    """Whether the file system under ``folder`` answers a read that must not wait (ext4 and xfs do; tmpfs not)."""
+    probe = folder / ".probe-nowait"
+    probe.write_bytes(b"x")
+    descriptor = os.open(probe, os.O_RDONLY)
+    try:
+        os.preadv(descriptor, (bytearray(1),), 0, os.RWF_NOWAIT)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(descriptor)
+        probe.unlink()
+
+
 def exit_code_of(child: int, seconds: float = 20) -> int | None:
     """A forked child's exit code; None (and the child killed) when it did not end within ``seconds``."""
     deadline = time.monotonic() + seconds

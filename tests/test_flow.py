@@ -21,6 +21,7 @@ from crawlergate.gate.origin import OriginResponse
 from crawlergate.gate.request import Request, Route
 from crawlergate.keys import CacheKey
 from crawlergate.wiring import GateRuntime
+from tests.conftest import out_of_memory, reads_without_waiting
 from tests.visitors import FIREFOX, GOOGLEBOT, raw_headers
 
 PAGE = b"<p>thread 1</p>" + b"post " * 300
@@ -123,14 +124,21 @@ def test_flow_crawler_miss_then_hit_and_head(gate: Any) -> None:
     assert sum(stats[kind]["l1_hits"] for kind in ("crawler", "suspect")) == 2  # counted once sent, as a claimant
 
 
-def test_flow_reads_l2_only_for_a_page_whose_file_is_there(gate: Any) -> None:
+def test_flow_waits_for_an_l2_read_only_when_the_disk_must_give_the_page(gate: Any) -> None:
     runtime, site, _ = gate
     _, steps, _ = ask(runtime, site, "/showthread.php?t=2", GOOGLEBOT)
     assert steps == ["Lookup", "Fill"]  # no file: the miss never waits for an L2 read (a thread, on an event loop)
     runtime.filler.writer.flush()
-    runtime.core.cache.l1.delete(runtime.core.keys.key_for(b"/showthread.php", b"t=2").digest)
+    cache, digest = runtime.core.cache, runtime.core.keys.key_for(b"/showthread.php", b"t=2").digest
+    cache.l1.delete(digest)
+    out_of_memory(cache.l2.path_for(digest))
     _, steps, hit = ask(runtime, site, "/showthread.php?t=2", GOOGLEBOT)
-    assert steps == ["Lookup", "L2"] and outcome(hit) == "l2-hit"
+    assert steps == ["Lookup", "L2"] and outcome(hit) == "l2-hit"  # on the disk only: read in a thread
+    cache.l1.delete(digest)
+    _, steps, hit = ask(runtime, site, "/showthread.php?t=2", GOOGLEBOT)
+    # In the system's memory now: read at once, where the file system can say so.
+    assert steps == (["Lookup"] if reads_without_waiting(cache.l2.root) else ["Lookup", "L2"])
+    assert outcome(hit) == "l2-hit"
 
 
 def test_flow_people_sessions_and_too_long_targets(gate: Any) -> None:

@@ -159,10 +159,12 @@ def advance(steps: Steps | None, runner: StepRunner, reply: Any = None) -> Answe
             return answer
         if isinstance(step, Lookup):
             # L1 answers at once (the embedded store in microseconds, memcached within its timeout), and so does
-            # L2 for a page whose file is not there: a miss never waits for a thread.
+            # L2 for a page whose file is not there or is in the system's memory: only the disk is waited for.
             reply = runner.lookup_l1(step)
-            if reply is None and runner.cache.l2_may_hold(step):
-                return Waiting(steps, step)
+            if reply is None:
+                reply = runner.cache.lookup_l2_at_once(step)
+                if reply is False:
+                    return Waiting(steps, step)
         elif isinstance(step, Background):
             runner.background(step.work)
             reply = None
@@ -177,7 +179,7 @@ async def run(waiting: Waiting, runner: StepRunner, context: Any) -> Answer | No
     while True:
         step = waiting.step
         if isinstance(step, Lookup):
-            reply = await runner.lookup_l2(step)  # advance() stops at a lookup only when L1 missed
+            reply = await runner.lookup_l2(step)  # advance() stops at a lookup only when L2 must wait for the disk
         elif isinstance(step, Fill):
             reply = await runner.fill(step.key, step.client, context)
         else:

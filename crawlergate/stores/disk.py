@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal
 
 from crawlergate.errors import ConfigError, StoreUnavailable
 from crawlergate.forksafe import after_fork_in_child
@@ -91,6 +92,8 @@ class DiskStore:
         self._clock = clock
         # Hits since the housekeeper last wrote them: key -> when (a dict assignment: no lock on the read path).
         self._used: dict[str, float] = {}
+        # Whether the file system answers a read that must not wait (RWF_NOWAIT): ext4, xfs and btrfs do.
+        self._read_without_waiting = True
         self._started_at = 0.0
         self._loaded = threading.Event()
         self._stopping = threading.Event()
@@ -194,10 +197,44 @@ class DiskStore:
             return None
         except OSError as exc:
             raise StoreUnavailable(f"L2 read of {key}: {exc.strerror}") from exc
+        self._read(key)
+        return data
+
+    def get_at_once(self, key: str, most_bytes: int) -> bytes | None | Literal[False]:
+        """``get`` without waiting for the disk, for an event loop: the page when the system holds its file in
+        memory whole (a read of microseconds, as nginx reads its cache) and it is at most ``most_bytes``; None
+        when there is no such page; False when reading it would wait (``get`` it in a thread)."""
+        if not self._read_without_waiting:
+            return False if self.has_file(key) else None
+        try:
+            fd = os.open(self._file(key), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return False  # the thread's read says what is wrong
+        try:
+            size = os.fstat(fd).st_size
+            if size > most_bytes:
+                return False
+            data = bytearray(size)
+            if os.preadv(fd, (data,), 0, os.RWF_NOWAIT) != size:
+                return False  # a part of it is on the disk only
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            if exc.errno == errno.EOPNOTSUPP:  # a file system that cannot say (tmpfs, NFS): threads it is
+                self._read_without_waiting = False
+            return False
+        finally:
+            os.close(fd)
+        self._read(key)
+        return bytes(data)
+
+    def _read(self, key: str) -> None:
+        """Note a page read: its recency, for eviction."""
         self._used[key] = self._clock()
         if self._housekeeper is None:
             self._start_housekeeper()  # a forked child's first read
-        return data
 
     def set(self, key: str, value: bytes) -> None:
         if self.set_many([(key, value)]) != [key] and len(value) <= self.page_max_bytes:

@@ -17,7 +17,7 @@ from crawlergate.errors import ConfigError, StoreUnavailable
 from crawlergate.stores import disk
 from crawlergate.stores.disk import EVICT_BATCH, INDEX_FILE, DiskStore
 from crawlergate.stores.l2index import IndexWrite
-from tests.conftest import exit_code_of
+from tests.conftest import exit_code_of, out_of_memory, reads_without_waiting
 
 KEY_A = "a" * 32
 KEY_B = "b" * 32
@@ -33,6 +33,22 @@ def test_disk_store_roundtrip_in_sharded_folders(tmp_path: Path) -> None:
     store.delete(KEY_A)
     assert store.get(KEY_A) is None
     assert store.used_bytes == 0
+
+
+def test_disk_store_reads_at_once_only_a_page_the_system_holds_in_memory(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, max_bytes=100_000)
+    store.start()
+    store.set(KEY_A, b"page" * 100)
+    assert store.get_at_once(KEY_B, 10_000) is None  # no such page: nothing to wait for
+    assert store.get_at_once(KEY_A, 100) is False  # larger than an event loop reads: a thread's
+    if not reads_without_waiting(tmp_path):  # a file system that cannot say (tmpfs): every read is a thread's
+        assert store.get_at_once(KEY_A, 10_000) is False
+        return
+    assert store.get_at_once(KEY_A, 10_000) == b"page" * 100
+    out_of_memory(store.path_for(KEY_A))
+    assert store.get_at_once(KEY_A, 10_000) is False  # on the disk only: reading it would wait
+    assert store.get(KEY_A) == b"page" * 100
+    assert store.get_at_once(KEY_A, 10_000) == b"page" * 100  # read once, in memory again
 
 
 def test_disk_store_evicts_least_recently_served(tmp_path: Path) -> None:
