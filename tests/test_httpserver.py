@@ -242,6 +242,8 @@ def _gate(tmp_path: Path, **options: Any) -> Iterator[tuple[ServerThread, Server
             await asyncio.sleep(0.3)
         elif request.url.path == "/slower":
             await asyncio.sleep(1.5)
+        elif request.url.path == "/big":  # three pieces of a write, for a client without gzip
+            return HTMLResponse("<html><body>" + "".join(f"<p>{n}</p>" for n in range(20_000)) + "</body></html>")
         return HTMLResponse(f"<html><body>{request.url.path}</body></html>")
 
     site = ServerThread(Starlette(routes=[Route("/{path:path}", page)])).start()
@@ -352,6 +354,65 @@ def test_httpserver_keeps_pipelined_answers_in_order(gate: tuple[ServerThread, S
     assert b"x-crawlergate: pass" in first and first.endswith(b"/slow</body></html>")
     assert b"x-crawlergate: l1-hit" in second and second.endswith(b"/t/2</body></html>")
     assert b"x-crawlergate: l1-hit" in third
+
+
+def test_httpserver_requests_behind_a_fill_wait_their_turn(gate: tuple[ServerThread, ServerThread]) -> None:
+    """The protocol writes a fill's answer itself: a person's request and a hit sent behind it are answered after
+    it, in order, on the same connection."""
+    front, _ = gate
+    hit = b"GET /t/3 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
+    _answers(front.port, hit, 1)
+    fill = b"GET /slow HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
+    head = fill.replace(b"GET /slow", b"HEAD /t/4")
+    person = b"GET /t/5 HTTP/1.1\r\nHost: a\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:120.0) Gecko/20100101 "
+    person += b"Firefox/120.0\r\nAccept: text/html\r\nAccept-Language: en\r\nSec-Fetch-Mode: navigate\r\n\r\n"
+    first, second, third = _answers(front.port, fill + person + hit, 3)
+    assert b"x-crawlergate: miss" in first and first.endswith(b"/slow</body></html>")
+    assert b"x-crawlergate: pass" in second and second.endswith(b"/t/5</body></html>")
+    assert b"x-crawlergate: l1-hit" in third and third.endswith(b"/t/3</body></html>")
+    (head_answer,) = _answers(front.port, head, 1, bodiless=True)  # a HEAD's miss: the head alone
+    assert b"x-crawlergate: miss" in head_answer and head_answer.endswith(b"\r\n\r\n")
+
+
+def test_httpserver_a_fill_whose_crawler_left_is_stored_and_the_server_goes_on(
+    gate: tuple[ServerThread, ServerThread],
+) -> None:
+    front, _ = gate
+    request = b"GET /slower HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
+    with socket.create_connection(("127.0.0.1", front.port), timeout=5) as raw:
+        raw.sendall(request)
+        time.sleep(0.2)  # the fill is under way; the crawler leaves
+    deadline = time.monotonic() + 10
+    while b"x-crawlergate: l1-hit" not in (answer := _answers(front.port, request, 1)[0]):
+        assert b"x-crawlergate: miss" in answer and time.monotonic() < deadline  # the leader's fill, shared
+    assert answer.endswith(b"/slower</body></html>")
+
+
+def test_httpserver_a_large_page_goes_out_whole_in_pieces(gate: tuple[ServerThread, ServerThread]) -> None:
+    """A page larger than one write (here 200 KB once decompressed) leaves in pieces, as the client takes them."""
+    front, _ = gate
+    request = b"GET /big HTTP/1.1\r\nHost: a\r\nUser-Agent: Googlebot/2.1 (+http://www.google.com/bot.html)\r\n\r\n"
+    miss, hit = _answers(front.port, request + request, 2)
+    assert b"x-crawlergate: miss" in miss and b"x-crawlergate: l1-hit" in hit
+    body = miss.partition(b"\r\n\r\n")[2]
+    assert len(body) > 3 * 64 * 1024 and body == hit.partition(b"\r\n\r\n")[2] and body.endswith(b"</html>")
+
+
+def test_httpserver_a_page_too_large_to_store_is_asked_of_the_site_after_all(tmp_path: Path) -> None:
+    """When the fill finds the page too large to store, the crawler's request goes to the site the ASGI way, and
+    the request behind it is answered after it."""
+    site = ServerThread(Starlette(routes=[Route("/{path:path}", lambda request: HTMLResponse("x" * 5000))])).start()
+    l2 = L2Settings(cache_dir=str(tmp_path / "l2"), page_max_bytes=1000)
+    settings = Settings(server=ServerSettings(origin=site.url), l2=l2)
+    front = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol).start()
+    try:
+        request = b"GET /large HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
+        first, second = _answers(front.port, request + request, 2)
+    finally:
+        front.stop()
+        site.stop()
+    for answer in (first, second):
+        assert b"x-crawlergate: pass" in answer and answer.endswith(b"x" * 5000)
 
 
 def test_httpserver_a_request_behind_a_hit_in_one_read_is_not_cut_by_keep_alive(
