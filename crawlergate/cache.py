@@ -193,7 +193,9 @@ class TwoLevelCache:
         except StoreUnavailable:
             self.metrics.count_store_error(kind)
             return None
-        return self._found_in_l2(key, data, kind) if data else data
+        if data is None or data is False:
+            return data
+        return self._found_in_l2(key, data, kind)
 
     def _found_in_l2(self, key: CacheKey, data: bytes, kind: str) -> CacheHit | None:
         """The page read from L2, promoted into L1 (None: it was corrupt, and is gone)."""

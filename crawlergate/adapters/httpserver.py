@@ -400,13 +400,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         """Hand a request the gate passes to the site, after waiting, to an ASGI cycle of uvicorn's."""
         scope = self._asgi_scope()
         scope["headers"] = list(request.headers)
-        scope.update(  # type: ignore[typeddict-item]
-            method=request.method,
-            path=request.path,
-            raw_path=request.raw_path,
-            query_string=request.query,
-            **handed_on,
-        )
+        scope["method"] = request.method
+        scope["path"] = request.path
+        scope["raw_path"] = request.raw_path
+        scope["query_string"] = request.query
+        scope.update(handed_on)  # type: ignore[typeddict-item]
         if request.http_version != "1.1":
             scope["http_version"] = request.http_version
         cycle = RequestResponseCycle(
@@ -424,7 +422,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         )
         cycle.more_body = False  # the request had no body, and was read whole
         cycle.disconnected = answering.disconnected
-        if self.cycle is answering:  # nothing behind it yet: the connection's loss now marks this cycle
+        if self.cycle is answering:  # type: ignore[comparison-overlap] # nothing behind it: its loss marks this cycle
             self.cycle = cycle
         self._start_asgi_task(cycle, self.app)
 
