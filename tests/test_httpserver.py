@@ -388,6 +388,25 @@ def test_httpserver_a_fill_whose_crawler_left_is_stored_and_the_server_goes_on(
     assert answer.endswith(b"/slower</body></html>")
 
 
+def test_httpserver_max_connections_holds_for_answers_that_wait(tmp_path: Path) -> None:
+    """uvicorn's ``limit_concurrency`` (``server.max_connections``) turns away a fill past it with 503, as a person's
+    request: the protocol's own answers are no way around it."""
+    gate = _gate(tmp_path, limit_concurrency=2)
+    front, _ = next(gate)
+    try:
+        clients = []
+        for number in range(3):  # the first fill is under way alone; the others come while it waits
+            clients.append(socket.create_connection(("127.0.0.1", front.port), timeout=5))
+            clients[-1].sendall(b"GET /slower?n=%d HTTP/1.1\r\nHost: a\r\n" % number + GOOGLEBOT_LINES + b"\r\n")
+            time.sleep(0.2)
+        statuses = [client.recv(12)[9:12] for client in clients]
+        for client in clients:
+            client.close()
+    finally:
+        next(gate, None)
+    assert b"503" in statuses and b"200" in statuses
+
+
 def test_httpserver_a_large_page_goes_out_whole_in_pieces(gate: tuple[ServerThread, ServerThread]) -> None:
     """A page larger than one write (here 200 KB once decompressed) leaves in pieces, as the client takes them."""
     front, _ = gate

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,9 +24,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from crawlergate.adapters.proxy import create_app
+from crawlergate.adapters.inapp import AsgiOrigin
+from crawlergate.adapters.proxy import ReverseProxy, create_app
 from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
 from crawlergate.demo.forum import create_forum
+from crawlergate.errors import OriginError
+from crawlergate.gate.origin import PublicSite
 from tests.conftest import RawHttpServer, ServerThread, free_port, proxy_thread, serve_process, wait_until_healthy
 from tests.visitors import FIREFOX, FIREFOX_LINES, GOOGLEBOT
 
@@ -456,6 +460,8 @@ def _misbehaving(method: bytes, path: bytes) -> bytes | list[bytes]:
         return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1000\r\n\r\nhalf a page"
     if path == b"/both":  # Content-Length and chunked at once
         return b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    if path == b"/status-999":  # httptools reads any three digits
+        return b"HTTP/1.1 999 Whatever\r\nContent-Type: text/html\r\nContent-Length: 2\r\n\r\nhi"
     if path == b"/bomb":
         bomb = gzip.compress(b"\0" * (20 * MB), compresslevel=9)
         return page(bomb, b"Content-Encoding: gzip\r\n")[: -len(b"\r\n")] + b"\r\n" + bomb
@@ -486,6 +492,39 @@ def test_proxy_leftover_bytes_of_an_origin_never_become_a_stored_page(
     assert home.text == "<p>page /home</p>" and victim.text == "<p>page /victim</p>"
     assert [answer.text for answer in again] == ["<p>page /home</p>", "<p>page /victim</p>"]
     assert all(answer.headers["x-crawlergate"] == "l1-hit" for answer in again)
+
+
+def test_proxy_a_status_http_does_not_have_is_a_broken_origin(raw_origin: RawHttpServer, tmp_path: Path) -> None:
+    """A 999 (httptools reads any three digits) is the origin's fault: a 502 for a person and a crawler alike, on a
+    connection that serves the next request."""
+    proxy = _proxy(raw_origin.url, tmp_path)
+    try:
+        with httpx.Client(base_url=proxy.url, timeout=10) as client:
+            answers = [client.get("/status-999", headers=who) for who in (FIREFOX, GOOGLEBOT)]
+            after = client.get("/after", headers=GOOGLEBOT)
+    finally:
+        proxy.stop()
+    assert [answer.status_code for answer in answers] == [502, 502]
+    assert after.status_code == 200 and after.text == "<p>page /after</p>"
+
+
+def test_proxy_inside_another_app_still_fills_as_the_gate_does() -> None:
+    """A fill that reaches the proxy the ASGI way (the proxy wrapped in another app, so no ``fetch_for_fill``) fails as
+    the origin's failure, never as a 502 page posing as the site's, on a connection of its own."""
+    proxy = ReverseProxy(f"http://127.0.0.1:{free_port()}")  # nobody listens there
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        await proxy(scope, receive, send)
+
+    async def fill() -> None:
+        try:
+            public = PublicSite.from_url("https://site.example")
+            await AsgiOrigin(wrapped, public=public, max_bytes=MB).fetch_guest("/t/1")
+        finally:
+            await proxy.aclose()
+
+    with pytest.raises(OriginError, match="cannot be reached"):
+        asyncio.run(fill())
 
 
 @pytest.mark.parametrize("path", ["/cllong", "/cllong-head"])

@@ -126,6 +126,7 @@ class _Answering(_InProtocol):
     def __init__(self, keep_alive: bool) -> None:
         self.response_complete = False
         self.keep_alive = keep_alive
+        self.began = False  # its head went out
 
 
 _ANSWERED = _InProtocol()
@@ -162,6 +163,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._host = b""
         self._transfer_encoding = False
         self._content_length = False
+        # The answer the protocol writes once the gate has it (a fill, an L2 read), while it waits.
+        self._answering: _Answering | None = None
         # A refusal (400, 431, 505) waiting for the answers to the requests before it: it goes last, and nothing
         # after it is read.
         self._refusal: bytes | None = None
@@ -179,6 +182,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
+        if self._answering is not None:  # uvicorn marks the cycle of the request read last, maybe one behind it
+            self._answering.disconnected = True
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -313,14 +318,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.scheme or "http",
             version,
         )
-        may_wait = not self._transfer_encoding and not self._content_length
-        if may_wait:  # what a fill asks the site as, should the gate fill
-            handed_on.update(server=self.server, scheme=self.scheme, root_path=self.root_path)
+        may_wait = not self._transfer_encoding and not self._content_length and not self._over_limit()
         response = answer_at_once(request, started, handed_on, may_wait)
         if response is None:
             return False
         keep_alive = version != "1.0" and self.parser.should_keep_alive()
         if not isinstance(response, tuple):
+            # What a fill asks the site as: read when the coroutine first runs, in the task.
+            handed_on.update(server=self.server, scheme=self.scheme, root_path=self.root_path)
             self._answer_later(response, request, handed_on, keep_alive)
             return True
         self.cycle = _ANSWERED  # type: ignore[assignment]
@@ -329,6 +334,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
         self.on_response_complete()
         return True
+
+    def _over_limit(self) -> bool:
+        """Whether uvicorn's ``limit_concurrency`` (``server.max_connections``) is reached: a request that must wait
+        then goes the ASGI way, to uvicorn's 503."""
+        limit = self.limit_concurrency
+        return limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit)
 
     def _head(self, response: Response, method: bytes, keep_alive: bool, *, whole: bool) -> bytes:
         """The response's status line and headers, and (``whole``) its body."""
@@ -346,7 +357,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def _answer_later(self, later: Later, request: Request, handed_on: dict[str, object], keep_alive: bool) -> None:
         """Write the gate's answer once it has it, in a task of the connection's: requests behind it wait their turn
         (uvicorn's pipeline), as behind any answer under way."""
-        answering = _Answering(keep_alive)
+        answering = self._answering = _Answering(keep_alive)
         self.cycle = answering  # type: ignore[assignment]
         task = self.loop.create_task(self._write_later(later, answering, request, handed_on))
         task.add_done_callback(self.tasks.discard)
@@ -361,20 +372,20 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     ) -> None:
         try:
             answered = await later
-        except Exception:
-            self.logger.exception("Exception in ASGI application\n")  # as uvicorn says of an app's failure
-            answered = None
-            if not answering.disconnected:
-                self._write_whole(_INTERNAL_ERROR)
-            answering.keep_alive = False
-        else:
             if answered is None:  # the site answers after all: the ASGI way, the request as decided
                 self._start_late_cycle(answering, request, handed_on)
                 return
             await self._write_answered(answered[0], request.method.encode("ascii"), answering)
-        answering.response_complete = True
-        if answered is not None:
             answered[1]()
+        except Exception:
+            self.logger.exception("Exception in ASGI application\n")  # as uvicorn says of an app's failure
+            if not answering.disconnected and not answering.began:
+                self._write_whole(_INTERNAL_ERROR)
+            answering.keep_alive = False  # an answer cut short is told by the close
+        finally:
+            if self._answering is answering:
+                self._answering = None
+        answering.response_complete = True
         if not answering.keep_alive:
             self.transport.close()
         self.on_response_complete()
@@ -385,7 +396,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         whole = len(body) <= SEND_PIECE_BYTES
         if answering.disconnected:
             return
-        self._write_whole(self._head(response, method, answering.keep_alive, whole=whole))
+        head = self._head(response, method, answering.keep_alive, whole=whole)
+        answering.began = True
+        self._write_whole(head)
         if whole or method == b"HEAD":
             return
         view = memoryview(body)

@@ -155,6 +155,11 @@ class _Connection(asyncio.Protocol):
             self._interim = True
             self._headers = []
             return
+        if status > 599 or status < 100:
+            # httptools takes any three digits; no client could read a 999 (nginx: "upstream sent invalid status").
+            self._fail(httpx.RemoteProtocolError(f"the origin sent status {status}, which HTTP does not have"))
+            self.abort()
+            return
         self._keep_alive = self._parser.should_keep_alive()
         self._until_close = not self._head_only and _delimited_by_close(status, self._headers)
         self._length = _content_length(self._headers)

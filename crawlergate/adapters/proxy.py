@@ -178,7 +178,7 @@ class ReverseProxy:
             return
         if scope["type"] != "http":
             return
-        if not self._per_client:
+        if not self._per_client or FILL_EXTENSION in scope.get("extensions", {}):
             await self._forward(scope, receive, send)
             return
         client = scope.get("client")
@@ -210,18 +210,23 @@ class ReverseProxy:
         # A body's end, after which the client's leaving is watched for (until then the body's stream sees it).
         body_sent = asyncio.Event() if _has_body(scope) else None
         body = _request_body(receive, body_sent) if body_sent is not None else None
-        transport = self._single_use if method == "HEAD" else self._transport
+        # A fill called the ASGI way (the proxy inside another app; AsgiOrigin asks ``fetch_for_fill`` otherwise).
+        fill = FILL_EXTENSION in scope.get("extensions", {})
+        transport = self._single_use if fill or method == "HEAD" else self._transport
         try:
             exchange = self._exchange(transport, method, target, headers, body)
-            answer, whole = await _unless_client_leaves(exchange, receive, body_sent)
+            # A fill has no client to leave.
+            answer, whole = await (exchange if fill else _unless_client_leaves(exchange, receive, body_sent))
         except _ClientLeft:
             return  # the origin's connection was closed mid-body: nobody is left to answer
-        except httpx.TimeoutException:
-            await send_response(send, plain_response(504, b"The origin did not answer in time.\n", outcome=None))
-            return
         except (httpx.HTTPError, OSError) as exc:
-            logger.warning("origin %s failed: %s", self.origin, exc)
-            await send_response(send, plain_response(502, b"The origin cannot be reached.\n", outcome=None))
+            if fill:
+                raise self._fill_failed(exc) from exc
+            timeout = isinstance(exc, httpx.TimeoutException)
+            if not timeout:
+                logger.warning("origin %s failed: %s", self.origin, exc)
+            message = b"The origin did not answer in time.\n" if timeout else b"The origin cannot be reached.\n"
+            await send_response(send, plain_response(504 if timeout else 502, message, outcome=None))
             return
         try:
             await send(
@@ -259,11 +264,8 @@ class ReverseProxy:
         target, headers = self._outgoing(scope, scope["raw_path"], scope["query_string"], hosts)
         try:
             answer, whole = await self._exchange(self._single_use, "GET", target, headers, None)
-        except httpx.TimeoutException as exc:
-            raise OriginTimeout(f"the origin {self.origin} did not answer in time") from exc
         except (httpx.HTTPError, OSError) as exc:
-            logger.warning("origin %s failed: %s", self.origin, exc)
-            raise OriginError(f"the origin {self.origin} cannot be reached: {exc or type(exc).__name__}") from exc
+            raise self._fill_failed(exc) from exc
         try:
             answer_headers = self._answer_headers(answer.status, answer.headers, scope)
             if whole is not None:
@@ -278,6 +280,14 @@ class ReverseProxy:
             return answer.status, answer_headers, True
         finally:
             await answer.aclose()
+
+    def _fill_failed(self, exc: httpx.HTTPError | OSError) -> OriginError:
+        """What a fill's failed exchange raises: the filler says what failed, not a 504 or 502 of ours posing as
+        the site's."""
+        if isinstance(exc, httpx.TimeoutException):
+            return OriginTimeout(f"the origin {self.origin} did not answer in time")
+        logger.warning("origin %s failed: %s", self.origin, exc)
+        return OriginError(f"the origin {self.origin} cannot be reached: {exc or type(exc).__name__}")
 
     def _outgoing(
         self, scope: Scope, raw_path: bytes, query: bytes, hosts: list[bytes]
