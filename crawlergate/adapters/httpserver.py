@@ -137,8 +137,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     A GET or HEAD the gate can answer at once (a crawler's L1 hit: ``answer_at_once`` of the app) is
     answered here, head and body in one write, without an ASGI request cycle, a task or a scope's
-    messages: the gate's one decision and flow, asked from the protocol. Anything else (or anything
-    behind a response still under way) goes the ASGI way, decided once: the decision rides in the scope.
+    messages: the gate's one decision and flow, asked from the protocol. One the gate answers itself
+    after waiting (a fill, an L2 read from the disk, a page larger than a write), without a body, is
+    written here too, once a task of the connection has the answer. Anything else (or anything behind
+    a response still under way) goes the ASGI way, decided once: the decision rides in the scope.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
