@@ -25,7 +25,7 @@ from uvicorn._types import HTTPScope
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from crawlergate.config import ServerSettings
-from crawlergate.gate.answer import SEND_PIECE_BYTES, Later, Response
+from crawlergate.gate.answer import SEND_PIECE_BYTES, Later, Response, pieces
 from crawlergate.gate.request import Request
 
 # What a client gets when the gate failed on its request (uvicorn's own words), before the connection closes.
@@ -403,13 +403,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._write_whole(head)
         if whole or method == b"HEAD":
             return
-        view = memoryview(body)
-        for start in range(0, len(body), SEND_PIECE_BYTES):
+        for piece, _ in pieces(body):
             if self.flow.write_paused:
                 await self.flow.drain()
             if answering.disconnected:
                 return
-            self._write_whole(bytes(view[start : start + SEND_PIECE_BYTES]))
+            self._write_whole(piece)
 
     def _start_late_cycle(self, answering: _Answering, request: Request, handed_on: dict[str, object]) -> None:
         """Hand a request the gate passes to the site, after waiting, to an ASGI cycle of uvicorn's."""

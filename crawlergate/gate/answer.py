@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from email.utils import formatdate
 from typing import Any, Protocol
 
@@ -139,10 +139,15 @@ async def send_response(send: Send, response: Response) -> None:
     if len(body) <= SEND_PIECE_BYTES:
         await send({"type": "http.response.body", "body": body})
         return
+    for piece, more in pieces(body):
+        await send({"type": "http.response.body", "body": piece, "more_body": more})
+
+
+def pieces(body: bytes) -> Iterator[tuple[bytes, bool]]:
+    """``body`` in pieces of SEND_PIECE_BYTES, each with whether more follow."""
     view = memoryview(body)
     for start in range(0, len(body), SEND_PIECE_BYTES):
-        piece = bytes(view[start : start + SEND_PIECE_BYTES])
-        await send({"type": "http.response.body", "body": piece, "more_body": start + SEND_PIECE_BYTES < len(body)})
+        yield bytes(view[start : start + SEND_PIECE_BYTES]), start + SEND_PIECE_BYTES < len(body)
 
 
 @functools.lru_cache(maxsize=4096)
