@@ -347,6 +347,32 @@ PEOPLE_TABLE = [
         id="android-app-stack-naming-a-test-client",
     ),
     pytest.param("APP-BE Test/1.0 (iPad; Apple; CPU iPhone OS 7_0_2 like Mac OS X)", id="ios-app-named-test"),
+    pytest.param("TestApp-tvOS/1.0-1", id="apple-tv-app-named-test"),
+    # Feature phones: a header pasted whole into its own value, a WAP portal's address before the phone's model.
+    pytest.param(
+        'BlackBerry (4.3)"  User-Agent: BlackBerry8330/4.3.0 Profile/MIDP-2.0Configuration/CLDC-1.1 VendorID/105 '
+        "protocol: HTTP/1.1",
+        id="phone-header-pasted-into-its-value",
+    ),
+    pytest.param(
+        "Http://Atamg.wup.ru/SAMSUNG-GT-S5233T/S5233TXEJF1 SHP/VPP/R5 Jasmine/0.8 Qtv5.3 SMM-MMS/1.2.0 "
+        "profile/MIDP-2.1 configuration/CLDC-1.1",
+        id="phone-behind-a-wap-portal-address",
+    ),
+    # Browsers of their own: Contiki's on 8-bit machines, the Apple II's, a feed reader's and a search app's views.
+    pytest.param("Contiki/1.0 (Commodore 64; http://dunkels.com/adam/contiki/)", id="contiki-browser-names-its-page"),
+    pytest.param("Mozilla/5.0 (compatible; ; Apple ][) Firefox/1.0", id="apple-ii-browser"),
+    pytest.param(
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/603.1 (KHTML, like Gecko) Version/10.0 Safari/603.1 "
+        "FeedReader/2.0.2",
+        id="feed-reader-article-view",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Symbian/3; U; E6-00; de-DE) AppleWebKit/534.3 (KHTML, like Gecko) Mozilla/5.0 (iPhone; U; CPU "
+        "iPhone OS 7_1 like Mac OS X; en-us) AppleWebKit/528.18 (KHTML, like Gecko) Websearch Ultimate /4.0 "
+        "Mobile/7A341 Safari/528.16/1.1 Mobile",
+        id="search-app-browser-websearch-ultimate",
+    ),
 ]
 
 
@@ -472,6 +498,29 @@ TOOLS_TABLE = [
         "unknown",
         id="ie-comment-plus-http-contact",
     ),
+    # The people's fields and exceptions of issue 27 leave crawlers beside them as crawlers.
+    pytest.param(
+        "BlackBerry9000/4.6.0.167 Profile/MIDP-2.0 Configuration/CLDC-1.1 VendorID/102 ips-agent",
+        "unknown",
+        id="phone-string-with-a-scanner-agent",
+    ),
+    pytest.param(
+        "User-Agent: Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+        "Googlebot",
+        id="header-pasted-into-a-crawler-value",
+    ),
+    pytest.param(
+        "Nokia6820/2.0 (4.83) Profile/MIDP-1.0 Configuration/CLDC-1.0 (compatible; Googlebot-Mobile/2.1; "
+        "+http://www.google.com/bot.html)",
+        "Googlebot",
+        id="phone-string-with-googlebot-mobile",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (compatible; SiteCheck/1.0; Apple ][ edition; +http://example.com)",
+        "unknown",
+        id="apple-ii-contact",
+    ),
+    pytest.param("ScannerApp-tvOS/1.0 scanner-agent/2.0 (+http://example.com/bot)", "unknown", id="tvos-named-bot"),
 ]
 
 

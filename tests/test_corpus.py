@@ -25,7 +25,7 @@ BROWSER_GRAMMAR = re.compile(
     r"|Gecko/\d+ Firefox/[\d.]+)"
 )
 # Issue 27's goals for the shipped corpus: six figures of distinct people, and at most one in 25,000 of them taken for
-# a crawler. Neither holds yet (see the xfail reasons); the tests turn red when one does, so its mark is taken off.
+# a crawler.
 LEAST_PEOPLE = 100_000
 MOST_PEOPLE_TAKEN_FOR_CRAWLERS = 1 / 25_000
 # Recall on each crawler set of the shipped corpus today (568/568, 135/136, 2,382/2,401), not to be lowered
@@ -56,7 +56,6 @@ def test_the_corpus_holds_six_figures_of_people() -> None:
     assert len(read_corpus("corpus-people.tsv.gz")) >= LEAST_PEOPLE
 
 
-@pytest.mark.xfail(reason="issue 27: 10 of 83,877 people (1 in 8,388) taken for crawlers", strict=True)
 def test_at_most_one_person_in_25000_is_taken_for_a_crawler(classifier: Classifier) -> None:
     people = [ua for _, ua in read_corpus("corpus-people.tsv.gz")]
     flagged = sum(classifier.classify(ua).is_crawler for ua in people)
