@@ -98,6 +98,8 @@ class Classifier:
         self._contains_actions = list(self._contains.values())
         fields = "|".join(f"(?:{pattern})" for pattern in ruleset.people_fields)
         self._people_fields = re.compile(fields) if fields else None
+        # With no [browsers] section every start is a browser's (the paper's rules alone).
+        self._browser_prefixes = ruleset.browser_prefixes or ("",)
         self._session_cookie = _session_cookie_pattern(session_cookies)
         self._any_cookie = any_cookie
         self._ignored_cookie = _cookie_names_pattern(ignored_cookies)
@@ -164,21 +166,19 @@ class Classifier:
 
     def _classify(self, user_agent: str) -> Verdict:
         text = user_agent.lower()
-        if self._people_fields is not None:
-            text = self._people_fields.sub(" ", text)
-        actions: list[_Action] = []
-        if text.startswith(self._starts_prefixes):
-            actions.extend(action for prefix, action in self._starts.items() if action and text.startswith(prefix))
         try:
-            matches = self._automaton.find_matches_as_indexes(text)
+            actions = self._actions(text)
         except UnicodeEncodeError:
             # Lone surrogates (from a bytes header decoded with surrogateescape) cannot cross into Rust.
             text = text.encode("utf-8", "replace").decode("utf-8")
-            matches = self._automaton.find_matches_as_indexes(text)
-        for index, _, _ in matches:
-            action = self._contains_actions[index]
-            if action is not None:
-                actions.append(action)
+            actions = self._actions(text)
+        # The people's fields only hide crawler tokens (and the start of no browser's string): most people's
+        # user agents have no token to hide, and skip their regular expression, half of a classification's time.
+        if self._people_fields is not None and (actions or not text.startswith(self._browser_prefixes)):
+            blanked = self._people_fields.sub(" ", text)
+            if blanked != text:
+                text = blanked
+                actions = self._actions(text)
         is_crawler = False
         named: Verdict | None = None
         for action in actions:
@@ -195,6 +195,17 @@ class Classifier:
         if is_crawler or self._starts_like_a_program(text):
             return UNKNOWN_CRAWLER
         return HUMAN
+
+    def _actions(self, text: str) -> list[_Action]:
+        """What the tokens found in ``text`` (lower-cased) would do, before their ``unless`` words are asked."""
+        actions: list[_Action] = []
+        if text.startswith(self._starts_prefixes):
+            actions.extend(action for prefix, action in self._starts.items() if action and text.startswith(prefix))
+        for index, _, _ in self._automaton.find_matches_as_indexes(text):
+            action = self._contains_actions[index]
+            if action is not None:
+                actions.append(action)
+        return actions
 
     def explain(self, user_agent: str) -> tuple[Verdict, str]:
         """The verdict and, for a crawler, what made it one: ``contains "proxy" (rules/crawlers.toml:97)``, or

@@ -570,6 +570,13 @@ def test_classify_rule_extension_and_exception() -> None:
     assert classifier.classify("ExampleFetch/1.0 ExampleBrowser") is HUMAN
 
 
+def test_classify_blanks_people_fields_before_asking_for_a_browser_word(classifier: Classifier) -> None:
+    """People's fields are skipped for a browser's string without a crawler token, never for another string: here
+    the only browser word, "android", sits in a blanked field, so the string starts like a program."""
+    assert classifier.classify("Foo/1.0 (Linux; U; Android 2.2.2; xx; Model Build/X)").is_crawler
+    assert classifier.classify("Mozilla/5.0 (Linux; U; Android 2.2.2; xx; Spider Build/X)") is HUMAN
+
+
 def test_classify_starts_matches_only_the_beginning() -> None:
     classifier = Classifier(_ruleset(_rule(starts=["curl"])))
     assert classifier.classify("curl/8.0").is_crawler
