@@ -96,6 +96,7 @@ class Classifier:
         # Leftmost-longest, non-overlapping: a masking token ("cubot") hides the shorter tokens inside it ("bot").
         self._automaton = AhoCorasick(list(self._contains), matchkind=MatchKind.LeftmostLongest)
         self._contains_actions = list(self._contains.values())
+        self._tokens = list(self._contains)
         fields = "|".join(f"(?:{pattern})" for pattern in ruleset.people_fields)
         self._people_fields = re.compile(fields) if fields else None
         # With no [browsers] section every start is a browser's (the paper's rules alone).
@@ -167,22 +168,15 @@ class Classifier:
     def _classify(self, user_agent: str) -> Verdict:
         text = user_agent.lower()
         try:
-            actions = self._actions(text)
+            read, found = self._reading(text)
         except UnicodeEncodeError:
             # Lone surrogates (from a bytes header decoded with surrogateescape) cannot cross into Rust.
             text = text.encode("utf-8", "replace").decode("utf-8")
-            actions = self._actions(text)
-        # The people's fields only hide crawler tokens (and the start of no browser's string): most people's
-        # user agents have no token to hide, and skip their regular expression, half of a classification's time.
-        if self._people_fields is not None and (actions or not text.startswith(self._browser_prefixes)):
-            blanked = self._people_fields.sub(" ", text)
-            if blanked != text:
-                text = blanked
-                actions = self._actions(text)
+            read, found = self._reading(text)
         is_crawler = False
         named: Verdict | None = None
-        for action in actions:
-            if action.unless and any(word in text for word in action.unless):
+        for action in found.values():
+            if action.unless and any(word in read for word in action.unless):
                 continue
             if action.makes_crawler:
                 if action.verdict is not None:
@@ -192,20 +186,9 @@ class Classifier:
                 named = action.verdict
             if is_crawler and named is not None:
                 return named
-        if is_crawler or self._starts_like_a_program(text):
+        if is_crawler or self._starts_like_a_program(text, read):
             return UNKNOWN_CRAWLER
         return HUMAN
-
-    def _actions(self, text: str) -> list[_Action]:
-        """What the tokens found in ``text`` (lower-cased) would do, before their ``unless`` words are asked."""
-        actions: list[_Action] = []
-        if text.startswith(self._starts_prefixes):
-            actions.extend(action for prefix, action in self._starts.items() if action and text.startswith(prefix))
-        for index, _, _ in self._automaton.find_matches_as_indexes(text):
-            action = self._contains_actions[index]
-            if action is not None:
-                actions.append(action)
-        return actions
 
     def explain(self, user_agent: str) -> tuple[Verdict, str]:
         """The verdict and, for a crawler, what made it one: ``contains "proxy" (rules/crawlers.toml:97)``, or
@@ -213,27 +196,45 @@ class Classifier:
         verdict = self.classify(user_agent)
         if not verdict.is_crawler:
             return verdict, ""
-        text = user_agent[:MAX_USER_AGENT_CHARS].lower()
-        if self._people_fields is not None:
-            text = self._people_fields.sub(" ", text)
-        found: list[tuple[str, str, _Action]] = [
-            ("starts", prefix, action) for prefix, action in self._starts.items() if action and text.startswith(prefix)
-        ]
-        tokens = list(self._contains)
-        for index, _, _ in self._automaton.find_matches_as_indexes(text.encode("utf-8", "replace").decode()):
-            action = self._contains_actions[index]
-            if action is not None:
-                found.append(("contains", tokens[index], action))
-        for how, token, action in found:
-            if action.makes_crawler and not (action.unless and any(word in text for word in action.unless)):
+        read, found = self._reading(user_agent[:MAX_USER_AGENT_CHARS].lower().encode("utf-8", "replace").decode())
+        for key, action in found.items():
+            if action.makes_crawler and not (action.unless and any(word in read for word in action.unless)):
+                how, token = ("starts", key) if isinstance(key, str) else ("contains", self._tokens[key])
                 return verdict, f'{how} "{token}" ({Path(action.source).name})'
         return verdict, PROGRAM_REASON
 
-    def _starts_like_a_program(self, text: str) -> bool:
-        prefixes = self.ruleset.browser_prefixes
-        if not prefixes or text.startswith(prefixes):
+    def _reading(self, text: str) -> tuple[str, dict[int | str, _Action]]:
+        """The text the rules read (``text`` with the people's fields blanked) and the tokens found in it that act:
+        a ``starts`` prefix, or a ``contains`` token by its index."""
+        found = self._found(text)
+        # Most people's user agents have no token to hide: they skip the fields' regular expression, half of a
+        # classification's time.
+        if self._people_fields is None or (not found and text.startswith(self._browser_prefixes)):
+            return text, found
+        blanked = self._people_fields.sub(" ", text)
+        if blanked == text:
+            return text, found
+        # Blanking hides tokens, it never makes one: a token it joins ("feed(Android)(10)(x)reader"), or uncovers
+        # inside a person's token it cut in two ("… Build/… latest)"), counts for nothing.
+        return blanked, {key: action for key, action in self._found(blanked).items() if key in found}
+
+    def _found(self, text: str) -> dict[int | str, _Action]:
+        found: dict[int | str, _Action] = {}
+        if text.startswith(self._starts_prefixes):
+            for prefix, action in self._starts.items():
+                if action and text.startswith(prefix):
+                    found[prefix] = action
+        for index, _, _ in self._automaton.find_matches_as_indexes(text):
+            action = self._contains_actions[index]
+            if action is not None:
+                found[index] = action
+        return found
+
+    def _starts_like_a_program(self, text: str, read: str) -> bool:
+        """Whether ``text`` starts like no browser and ``read`` (its fields blanked) names no browser either."""
+        if text.startswith(self._browser_prefixes):
             return False
-        return not any(word in text for word in self.ruleset.browser_words)
+        return not any(word in read for word in self.ruleset.browser_words)
 
     def _add_rule(self, rule: CrawlerRule) -> None:
         verdict = _verdict(rule.family) if rule.family else None

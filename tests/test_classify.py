@@ -373,6 +373,39 @@ PEOPLE_TABLE = [
         "Mobile/7A341 Safari/528.16/1.1 Mobile",
         id="search-app-browser-websearch-ultimate",
     ),
+    # Browsers and views that name a crawler word: Splashtop's Firefox, a managed browser, a game overlay, a feed
+    # reader's article view (its fetcher says "NetNewsWire (RSS Reader; …)").
+    pytest.param(
+        "Mozilla/5.0 (X11; U; Linux i686; en-US; rv:1.9.0.4) Gecko/2008111318 Firefox/3.0.4 (Splashtop-v1.1.2.2)",
+        id="splashtop-firefox",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 6.0.1; SAMSUNG-SM-G935A Build/MMB29M; wv) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Version/4.0 Chrome/50.0.2661.86 Mobile Safari/537.36@-@654579912 (AirWatch Browser v3.1.1.5)",
+        id="airwatch-managed-browser",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Windows NT 6.1; WOW64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/39.0.2171.95 Safari/537.36 "
+        "OverwolfClient/0.87.58.0",
+        id="overwolf-game-overlay",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/6.0 "
+        "NetNewsWire/4.0.0",
+        id="netnewswire-article-view",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (iPhone; CPU iPhone OS 17_4_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+        "Mobile/21E236 Instagram 330.0.3.29.91 (iPhone12,5; iOS 17_4_1; en_001@rg=gbzzzz; en; scale=3.00; 1242x2688; "
+        "590151720)",
+        id="instagram-locale-region-keyword",
+    ),
+    # Blanking a field hides tokens, it never makes one: joined across it, or uncovered in a person's token it cuts.
+    pytest.param("Mozilla/5.0 feed(Android)(10)(x)reader", id="no-token-joined-across-a-field"),
+    pytest.param(
+        "Mozilla/5.0 (Linux; Android 12; SM-G991B Build/SP1A.210812.016 like Gecko) NetNewsWire/6.1",
+        id="no-token-uncovered-by-a-field",
+    ),
 ]
 
 
@@ -521,6 +554,29 @@ TOOLS_TABLE = [
         id="apple-ii-contact",
     ),
     pytest.param("ScannerApp-tvOS/1.0 scanner-agent/2.0 (+http://example.com/bot)", "unknown", id="tvos-named-bot"),
+    pytest.param(
+        "User-Agent: Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+        "Chrome/120.0.0.0 Safari/537.36",
+        "unknown",
+        id="scraper-pasting-the-header-name",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (Windows NT 10.0; Win64; x64) protocol: HTTP/1.1", "unknown", id="protocol-after-a-browser"
+    ),
+    pytest.param(
+        "Nokia6230/2.0 (04.44) http://mobilecheck.example.net/Nokia-6230/ Profile/MIDP-2.0",
+        "unknown",
+        id="phone-string-with-an-address-inside",
+    ),
+    pytest.param(
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36 "
+        "FeedReader/1.0",
+        "Feed readers",
+        id="feed-reader-in-chrome-clothes",
+    ),
+    pytest.param(
+        "Mozilla/5.0 Chrome/120 admin@currency=usd.example.com", "unknown", id="address-like-a-locale-keyword"
+    ),
 ]
 
 
