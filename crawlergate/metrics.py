@@ -171,7 +171,10 @@ class CounterArray:
 
     def totals(self) -> dict[str, int]:
         values = self.values
-        return {name: values[index] for name, index in self.slots.items()}
+        # A name's first use adds a slot from another thread (the dashboard's sampler reads from its own).
+        with self._lock:
+            slots = list(self.slots.items())
+        return {name: values[index] for name, index in slots}
 
 
 def read_shared(directory: Path) -> dict[str, int]:

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gzip
+import mmap
 import os
 import shutil
 import signal
@@ -196,13 +198,40 @@ def proxy_thread(origin: str, tmp_path: Path, *, cache: CacheSettings | None = N
 
 
 def out_of_memory(path: Path) -> None:
-    """Have the system drop a file's pages from its memory, as after a restart: reading it waits for the disk."""
-    descriptor = os.open(path, os.O_RDONLY)
+    """Have the system drop a file's pages from its memory, as after a restart: reading it waits for the disk.
+
+    The system may keep a page for a moment (one still being written back, or held by another CPU's list), so this
+    asks again until mincore(2) finds none of the file's pages in memory."""
+    descriptor = os.open(path, os.O_RDWR)
     try:
-        os.fsync(descriptor)
-        os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+        for _ in range(50):
+            os.fsync(descriptor)
+            os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+            if not _pages_in_memory(descriptor):
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"the system keeps {path} in memory")
     finally:
         os.close(descriptor)
+
+
+def _pages_in_memory(descriptor: int) -> int:
+    """How many of a file's pages the system holds in memory (mincore(2) on a mapping, which reads nothing)."""
+    size = os.fstat(descriptor).st_size
+    if size == 0:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    flags = (ctypes.c_ubyte * ((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE))()
+    mapping = mmap.mmap(descriptor, size)
+    try:
+        start = ctypes.c_char.from_buffer(mapping)
+        answer = libc.mincore(ctypes.c_void_p(ctypes.addressof(start)), ctypes.c_size_t(size), flags)
+        del start  # the mapping closes only once nothing points into it
+    finally:
+        mapping.close()
+    if answer != 0:
+        raise OSError(ctypes.get_errno(), "mincore")
+    return sum(flag & 1 for flag in flags)
 
 
 def reads_without_waiting(folder: Path) -> bool:

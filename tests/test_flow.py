@@ -130,10 +130,17 @@ def test_flow_waits_for_an_l2_read_only_when_the_disk_must_give_the_page(gate: A
     assert steps == ["Lookup", "Fill"]  # no file: the miss never waits for an L2 read (a thread, on an event loop)
     runtime.filler.writer.flush()
     cache, digest = runtime.core.cache, runtime.core.keys.key_for(b"/showthread.php", b"t=2").digest
-    cache.l1.delete(digest)
-    out_of_memory(cache.l2.path_for(digest))
-    _, steps, hit = ask(runtime, site, "/showthread.php?t=2", GOOGLEBOT)
-    assert steps == ["Lookup", "L2"] and outcome(hit) == "l2-hit"  # on the disk only: read in a thread
+    for _ in range(20):
+        cache.l1.delete(digest)
+        out_of_memory(cache.l2.path_for(digest))
+        _, steps, hit = ask(runtime, site, "/showthread.php?t=2", GOOGLEBOT)
+        assert outcome(hit) == "l2-hit"
+        if steps == ["Lookup", "L2"]:
+            break
+        # The read that must not wait starts the disk's read ahead: a virtual disk backed by its host's memory can
+        # finish it within that read, which then succeeds at once. Dropped again, the page is soon read in a thread.
+        assert steps == ["Lookup"]
+    assert steps == ["Lookup", "L2"]  # on the disk only: read in a thread
     cache.l1.delete(digest)
     _, steps, hit = ask(runtime, site, "/showthread.php?t=2", GOOGLEBOT)
     # In the system's memory now: read at once, where the file system can say so.

@@ -3,6 +3,9 @@ folder, and Prometheus text that parses and holds every family."""
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -101,3 +104,26 @@ def test_metrics_prometheus_text_parses_and_holds_every_family(tmp_path) -> None
     assert samples[("crawlergate_family_requests_total", labels)] == 1
     assert samples[("crawlergate_evictions_total", (("level", "l2"),))] == 2
     assert samples[("crawlergate_l2_pages", ())] == 3
+
+
+def test_counter_totals_read_while_another_thread_names_new_counters() -> None:
+    """The dashboard's sampler reads the totals in its own thread while requests name new counters."""
+    counters = CounterArray(capacity=20_000)
+    named = threading.Event()
+
+    def name_counters() -> None:
+        for number in range(15_000):
+            counters.slot(f"req|crawler|{number}")
+        named.set()
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        naming = threading.Thread(target=name_counters)
+        naming.start()
+        while not named.is_set():
+            counters.totals()
+        naming.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert len(counters.totals()) == 15_001

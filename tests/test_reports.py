@@ -54,6 +54,14 @@ def _open(browser: Any, tmp_path: Path, name: str, html: str) -> Any:
     return browser
 
 
+def _texts(browser: Any, selector: str) -> list[str]:
+    """The text of every element matching ``selector``, read in one script: a chart's markers are drawn again when
+    it resizes (as for the whole-page screenshot), which would leave elements found one call earlier stale."""
+    return list(
+        browser.execute_script("return [...document.querySelectorAll(arguments[0])].map((n) => n.innerText);", selector)
+    )
+
+
 def _headline(browser: Any) -> str:
     return str(browser.find_element("css selector", ".headline").text)
 
@@ -191,7 +199,7 @@ def test_report_analyze_marks_the_off_peak_hour(browser: Any, tmp_path: Path) ->
     headline = _headline(page)
     assert headline.startswith("Crawlers sent ") and "of the server's time" in headline
     assert headline.endswith("the off-peak hour is 04:00 UTC")
-    markers = [marker.text for marker in page.find_elements("css selector", ".marker-x span")]
+    markers = _texts(page, ".marker-x span")
     assert markers == ["off-peak 04:00"]
     (hours,) = _chart_index(page, "Requests per hour of the day (UTC)")
     assert _scale(page, hours, "x") == [0, 23]
@@ -231,8 +239,8 @@ def test_report_simulate_marks_the_recommended_size_and_the_min_bound(browser: A
     page = _open(browser, tmp_path, "simulate", simulate_html(report, POLICIES))
     headline = _headline(page)
     assert headline.startswith("Recommended L1 size: ") and "of crawler requests (the MIN bound: " in headline
-    (size,) = [marker.text for marker in page.find_elements("css selector", ".marker-x span")]
-    (bound,) = [marker.text for marker in page.find_elements("css selector", ".marker-y span")]
+    (size,) = _texts(page, ".marker-x span")
+    (bound,) = _texts(page, ".marker-y span")
     assert size.startswith("recommended L1 ") and size.endswith(" MB") and bound.startswith("MIN bound ")
     assert not _overlaps(page, ".marker span")
 
