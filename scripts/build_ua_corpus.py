@@ -554,6 +554,14 @@ class Corpus:
         assert kind in PEOPLE_KINDS, kind
         _add(self.people[text], (kind, source, shipped))
 
+    def person_typed_by_grammar(self, text: str, kind: str, name: str, source: str, shipped: bool) -> None:
+        """A person from a source without a program's type: a string the grammar calls an app may be a library or
+        a script as well as a person's app, and is left out."""
+        if kind == "app":
+            self.exclude(text, UNTYPED_PROGRAM.format(name=name), source, shipped)
+        else:
+            self.person(text, kind, source, shipped)
+
     def crawler(self, ua: object, hint: str | None, source: str, shipped: bool) -> None:
         text = clean(ua)
         if text is None:
@@ -879,11 +887,9 @@ def add_top_user_agents(corpus: Corpus, cache: Path) -> None:
                 if SELF_DECLARED.search(text):
                     reason = "top-user-agents: a program naming itself inside a browser string"
                     corpus.exclude(text, reason, source, True)
-                elif kind == "app":
-                    # microlink.io serves an API: its traffic holds runtimes and scripts beside browsers and apps.
-                    corpus.exclude(text, UNTYPED_PROGRAM.format(name="top-user-agents"), source, True)
                 else:
-                    corpus.person(text, kind, source, True)
+                    # microlink.io serves an API: its traffic holds runtimes and scripts beside browsers and apps.
+                    corpus.person_typed_by_grammar(text, kind, "top-user-agents", source, True)
 
 
 UA_PARSER_JS_KIND = {"mobile": "mobile", "tablet": "tablet", "smarttv": "tv-console", "console": "tv-console"}
@@ -919,10 +925,7 @@ def add_ua_parser_node(corpus: Corpus, cache: Path) -> None:
         if text is None:
             continue
         kind = refine_kind(text, grammar_kind(text))
-        if kind == "app":
-            corpus.exclude(text, UNTYPED_PROGRAM.format(name="ua-parser uas.js"), "ua-parser:uas.js", True)
-        else:
-            corpus.person(text, kind, "ua-parser:uas.js", True)
+        corpus.person_typed_by_grammar(text, kind, "ua-parser uas.js", "ua-parser:uas.js", True)
 
 
 APIFY_NETWORK = r"/data_files/[a-z-]*network-definition\.(?:zip|json)$"
@@ -983,10 +986,7 @@ def add_mobile_detect(corpus: Corpus, cache: Path) -> None:
             continue
         device_kind = "tablet" if match.group(3) == "true" else "mobile" if match.group(2) == "true" else ""
         kind = refine_kind(text, device_kind or grammar_kind(text))
-        if kind == "app":
-            corpus.exclude(text, UNTYPED_PROGRAM.format(name="mobile-detect"), "mobile-detect", True)
-        else:
-            corpus.person(text, kind, "mobile-detect", True)
+        corpus.person_typed_by_grammar(text, kind, "mobile-detect", "mobile-detect", True)
 
 
 # User-Agent Switcher's folders of programs that are no person's browser.
@@ -1010,10 +1010,7 @@ def add_random_useragent(corpus: Corpus, cache: Path) -> None:
             continue
         device_kind = RANDOM_USERAGENT_KIND.get(str(entry.get("deviceType")))
         kind = refine_kind(text, device_kind or grammar_kind(text))
-        if kind == "app":
-            corpus.exclude(text, UNTYPED_PROGRAM.format(name="random-useragent"), source, True)
-        else:
-            corpus.person(text, kind, source, True)
+        corpus.person_typed_by_grammar(text, kind, "random-useragent", source, True)
 
 
 def crawler_user_agents(cache: Path) -> list[dict]:
