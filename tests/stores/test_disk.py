@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +20,7 @@ from crawlergate.errors import ConfigError, StoreUnavailable
 from crawlergate.stores import disk
 from crawlergate.stores.disk import EVICT_BATCH, INDEX_FILE, DiskStore
 from crawlergate.stores.l2index import IndexWrite
+from crawlergate.stores.mounts import IN_MEMORY, file_system_type
 from tests.conftest import exit_code_of, out_of_memory, reads_without_waiting
 
 KEY_A = "a" * 32
@@ -41,14 +45,67 @@ def test_disk_store_reads_at_once_only_a_page_the_system_holds_in_memory(tmp_pat
     store.set(KEY_A, b"page" * 100)
     assert store.get_at_once(KEY_B, 10_000) is None  # no such page: nothing to wait for
     assert store.get_at_once(KEY_A, 100) is False  # larger than an event loop reads: a thread's
-    if not reads_without_waiting(tmp_path):  # a file system that cannot say (tmpfs): every read is a thread's
+    if not reads_without_waiting(tmp_path):  # a file system that cannot say (NFS, overlayfs): a thread's
         assert store.get_at_once(KEY_A, 10_000) is False
+        assert store.get_at_once(KEY_A, 10_000) is (b"page" * 100 if file_system_type(tmp_path) in IN_MEMORY else False)
         return
     assert store.get_at_once(KEY_A, 10_000) == b"page" * 100
     out_of_memory(store.path_for(KEY_A))
     assert store.get_at_once(KEY_A, 10_000) is False  # on the disk only: reading it would wait
     assert store.get(KEY_A) == b"page" * 100
     assert store.get_at_once(KEY_A, 10_000) == b"page" * 100  # read once, in memory again
+
+
+@pytest.fixture
+def memory_folder() -> Iterator[Path]:
+    """A folder on tmpfs (/dev/shm), where the kernel cannot say whether a read would wait."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or file_system_type(shm) not in IN_MEMORY or not os.access(shm, os.W_OK):
+        pytest.skip("no writable tmpfs at /dev/shm")
+    folder = Path(tempfile.mkdtemp(prefix="crawlergate-test-", dir=shm))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_disk_store_on_tmpfs_reads_pages_at_once(memory_folder: Path) -> None:
+    store = DiskStore(memory_folder, max_bytes=100_000)
+    store.start()
+    try:
+        store.set(KEY_A, b"page" * 100)
+        assert not reads_without_waiting(memory_folder)
+        store.get_at_once(KEY_A, 10_000)  # the first read learns that the file system cannot say
+        assert store.get_at_once(KEY_A, 10_000) == b"page" * 100  # in memory always: no thread
+        assert store.get_at_once(KEY_B, 10_000) is None
+        assert store.get_at_once(KEY_A, 100) is False  # larger than an event loop reads: still a thread's
+    finally:
+        store.close()
+
+
+def test_disk_store_on_overlayfs_reads_in_threads_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A container's own layer (overlayfs) cannot say whether a read would wait: each read is a thread's."""
+    layers = {name: tmp_path / name for name in ("lower", "upper", "work", "merged")}
+    for folder in layers.values():
+        folder.mkdir()
+    options = ",".join(f"{name}dir={layers[name]}" for name in ("lower", "upper", "work"))
+    mounted = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, str(layers["merged"])],
+                             capture_output=True, check=False)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip("overlayfs cannot be mounted here")
+    try:
+        store = DiskStore(layers["merged"] / "l2", max_bytes=100_000)
+        store.start()
+        store.set(KEY_A, b"page" * 100)
+        assert store.get_at_once(KEY_A, 10_000) is False
+        assert store.get_at_once(KEY_A, 10_000) is False
+        assert store.get_at_once(KEY_B, 10_000) is None
+        assert store.get(KEY_A) == b"page" * 100
+        store.close()
+        assert "(overlay) that cannot say whether a read would wait" in caplog.text
+        assert "a Docker volume" in caplog.text
+    finally:
+        subprocess.run(["umount", str(layers["merged"])], check=False)
 
 
 def test_disk_store_evicts_least_recently_served(tmp_path: Path) -> None:
