@@ -7,7 +7,7 @@ import gzip
 
 import pytest
 
-from crawlergate.page import CorruptPage, Page
+from crawlergate.page import CorruptPage, Page, parse_http_date
 
 
 def _page(body: bytes = b"<html>hello</html>") -> Page:
@@ -70,3 +70,13 @@ def test_page_status_out_of_range_is_corrupt_even_unverified() -> None:
     page = Page.from_response(20, b"x", content_type="text/html", generated_at=1, ttl_seconds=1)
     with pytest.raises(CorruptPage, match="status 20"):
         Page.from_bytes(page.to_bytes(), verify=False)
+
+
+def test_http_dates_are_read_the_same_whether_kept_or_not() -> None:
+    date = "Fri, 27 Nov 2026 11:31:10 GMT"
+    assert parse_http_date(date) == parse_http_date(date) == 1795779070.0  # the second from what was kept
+    assert parse_http_date("Friday, 27-Nov-26 11:31:10 GMT") == 1795779070.0  # RFC 850, obsolete but allowed
+    padded = date + " " * 100  # too long to keep: parsed each time, to the same answer
+    assert parse_http_date(padded) == 1795779070.0
+    assert parse_http_date("not a date") is None
+    assert parse_http_date("x" * 10_000) is None
