@@ -9,7 +9,8 @@
    proxy_cache in front of the same origin (nginx sending one 6 KB page for every URL), `--workers` each,
    alternately, `--rounds` times: medians.
 6. Eviction: `serve` restarted with the cap 10 % under what is stored, under an L2-hit load: seconds until the
-   folder is under the cap, and wrk's p99 and longest request meanwhile.
+   folder is under the cap, and wrk's p99 and longest request meanwhile (beside the longest request of the
+   L2-hit runs of step 4, without eviction: the machine's own pauses).
 
 Needs wrk and nginx (Debian packages).
 
@@ -295,8 +296,11 @@ def main() -> int:
                 if pages == args.pages:
                     rss_after_hits = rss_mb(gate.pid)
         for pages, measured in runs.items():
-            rps, p50 = (statistics.median(run[field] for run in measured) for field in ("rps", "p50_ms"))
-            print(f"L2 hits on {pages:,} pages: {rps:,.0f}/s, p50 {p50:.2f} ms")
+            rps, p50, p99 = (statistics.median(run[field] for run in measured) for field in ("rps", "p50_ms", "p99_ms"))
+            # The longest of all runs: what the machine's own pauses give, beside the eviction's below.
+            longest = max(run["max_ms"] for run in measured)
+            figures = f"{rps:,.0f}/s, p50 {p50:.2f} ms, p99 {p99:.1f} ms, longest {longest:.1f} ms"
+            print(f"L2 hits on {pages:,} pages: {figures}")
         print(f"RSS after the hits: {rss_after_hits:.0f} MB (L1 {L1_BYTES >> 10} KB)", flush=True)
         stop(gate)
         gate = start_gate(big, gate_port, origin_port, cap, args.workers)
