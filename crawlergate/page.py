@@ -168,14 +168,14 @@ def content_etag(body: bytes) -> str:
     return 'W/"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
 
 
+# An IMF-fixdate has 29 characters: longer values are parsed each time rather than kept.
+_REMEMBERED_DATE_CHARS = 64
+
+
 def parse_http_date(value: str) -> float | None:
     """An HTTP date as a timestamp; None when it is none. The same dates come again and again (a site's
     Last-Modified, a crawler's If-Modified-Since) and the e-mail parser takes ~10 µs: the last ones are kept."""
     return _parsed_http_date(value) if len(value) <= _REMEMBERED_DATE_CHARS else _parse_http_date(value)
-
-
-# An IMF-fixdate has 29 characters: longer values are parsed each time rather than kept.
-_REMEMBERED_DATE_CHARS = 64
 
 
 def _parse_http_date(value: str) -> float | None:

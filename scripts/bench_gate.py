@@ -232,8 +232,9 @@ def main() -> int:
             twin for case in cases for twin in ([case, (case[0] + "@before", case[1])] if "gate" in case[0] else [case])
         ]
     results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in cases}
-    try:
-        with tempfile.TemporaryDirectory() as cache_dir:
+    with tempfile.TemporaryDirectory() as cache_dir:
+        # The servers stop before their folders go: the access log writes its last lines there.
+        try:
             ports = {}
             servers: dict[str, subprocess.Popen[bytes]] = {}
             for name, _ in cases:
@@ -262,10 +263,10 @@ def main() -> int:
                     figures["cpu_us"] = cpu * 1e6 / max(figures["rps"] * args.seconds, 1)
                     results[name].append(figures)
                 print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
-    finally:
-        for process in processes:
-            process.terminate()
-            process.wait(timeout=10)
+        finally:
+            for process in processes:
+                process.terminate()
+                process.wait(timeout=10)
 
     print(f"\nwrk, {args.connections} connections, {args.seconds} s x {args.rounds} rounds, medians")
     print(f"{'case':<16}{'requests/s':>14}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}{'CPU µs/req':>12}")
