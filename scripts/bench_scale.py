@@ -11,6 +11,9 @@
 6. Eviction: `serve` restarted with the cap 10 % under what is stored, under an L2-hit load: seconds until the
    folder is under the cap, and wrk's p99 and longest request meanwhile (beside the longest request of the
    L2-hit runs of step 4, without eviction: the machine's own pauses).
+7. Marks under a storm of hits: L2 hits for the catalogue's demand interval and 10 s more (past the first write of
+   the crawler demand they make), a PURGE of a stored page every 0.25 s beside them: the PURGEs' median and
+   slowest (a bulk write a row at a time held the catalogue, and every PURGE waited, for seconds).
 
 Needs wrk and nginx (Debian packages).
 
@@ -35,7 +38,7 @@ import httpx
 from benchlib import GOOGLEBOT, free_port, run_wrk, wait_for
 
 from crawlergate.config import load_settings
-from crawlergate.gate.catalogue import PageCatalogue
+from crawlergate.gate.catalogue import FLUSH_S, PageCatalogue
 from crawlergate.keys import KeyMaker
 from crawlergate.page import Page, content_etag
 from crawlergate.stores.disk import INDEX_FILE, on_disk
@@ -238,6 +241,24 @@ def wrk_with(script: str, port: int, seconds: int, folder: Path) -> dict[str, fl
     return run_wrk(f"http://127.0.0.1:{port}/", GOOGLEBOT, seconds, 16, script=str(path))
 
 
+def purges_under_hits(port: int, pages: int, folder: Path) -> str:
+    """L2 hits on random pages for FLUSH_S + 10 s, and beside them a PURGE every 0.25 s: the PURGEs' times."""
+    seconds = int(FLUSH_S) + 10
+    times: list[float] = []
+    with concurrent.futures.ThreadPoolExecutor(1) as pool, httpx.Client(timeout=120) as client:
+        load = pool.submit(wrk_with, RANDOM_PAGE.replace("{pages}", str(pages)), port, seconds, folder)
+        while not load.done():
+            began = time.perf_counter()
+            client.request("PURGE", f"http://127.0.0.1:{port}/p/{len(times) % pages}").raise_for_status()
+            times.append((time.perf_counter() - began) * 1000)
+            time.sleep(0.25)
+        hits = load.result()
+    return (
+        f"PURGE under {hits['rps']:,.0f} L2 hits/s for {seconds} s: {len(times)} PURGEs, median "
+        f"{statistics.median(times):.0f} ms, slowest {max(times):,.0f} ms"
+    )
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     process.terminate()
     try:
@@ -338,6 +359,11 @@ def main() -> int:
             f"L2 hits during the first 20 s {under_load['rps']:,.0f}/s, p99 {under_load['p99_ms']:.1f} ms, "
             f"longest {under_load['max_ms']:.1f} ms"
         )
+        stop(gate)
+        gate = start_gate(big, gate_port, origin_port, cap)
+        started(gate, gate_port, time.monotonic(), args.pages)
+        wait_loaded(gate_port)
+        print(purges_under_hits(gate_port, args.pages, work), flush=True)
         stop(gate)
     finally:
         for process in processes:

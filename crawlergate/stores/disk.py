@@ -374,18 +374,14 @@ class DiskStore:
         until ``until`` (time.monotonic; one page at least), until the total is at most ``goal``; whether it got
         there."""
         total = write.total_bytes()
-        if total > goal and not write.hits_written:
-            # This process's hits first, once a transaction, so its own recent pages are not taken for old ones
-            # (other processes' hits are at most TOUCH_FLUSH_S late). Once a page, a batch's writes paid for every
-            # hit since the page before, each an update of the recency order: a third of the writer's time.
-            used, self._used = self._used, {}
-            write.mark_used(used)
-            write.hits_written = True
+        if total > goal:
+            self._write_hits(write)
         evicted = 0
         while total > goal and evicted < most and (not evicted or time.monotonic() < until):
             victims = [row for row in write.least_recently_used(min(64, most - evicted) + 1) if row[0] != keep]
             if not victims:
                 return True  # nothing left to evict but the page just written (or what is held beside pages)
+            removed = []
             for victim, size in victims[: most - evicted]:
                 try:
                     os.unlink(self._file(victim))
@@ -393,7 +389,7 @@ class DiskStore:
                     pass
                 except OSError as exc:
                     logger.warning("could not evict L2 page %s: %s", victim, exc.strerror)
-                write.remove(victim)
+                removed.append(victim)
                 freed = self.on_delete(victim)
                 write.add_other(-freed)
                 self._used.pop(victim, None)
@@ -402,7 +398,17 @@ class DiskStore:
                 self.on_evict()
                 if total <= goal or time.monotonic() >= until:
                     break
+            write.remove_many(removed)
         return total <= goal
+
+    def _write_hits(self, write: IndexWrite) -> None:
+        """This process's hits, once a transaction, before it evicts: its own recent pages are not taken for old
+        ones (other processes' hits are at most TOUCH_FLUSH_S late). Once a page, a batch's writes paid for every
+        hit since the page before, each an update of the recency order: a third of the writer's time."""
+        if not write.hits_written:
+            used, self._used = self._used, {}
+            write.mark_used(used)
+            write.hits_written = True
 
     # the housekeeper
     def _start_housekeeper(self) -> None:
@@ -422,7 +428,10 @@ class DiskStore:
                 self._flush_used()
                 while self._over_cap.is_set() and not self._stopping.is_set():
                     with self.index.writing() as write:
-                        began = time.monotonic()  # the turn is the time it holds the index, not its wait for it
+                        # The turn is the time it holds the index to evict: not its wait for it, nor the hits'
+                        # writing (which took whole turns under a storm of hits, a page evicted each).
+                        self._write_hits(write)
+                        began = time.monotonic()
                         if self._evict_down_to(write, self.max_bytes, "", EVICT_BATCH, began + EVICT_TURN_S):
                             self._over_cap.clear()
                     time.sleep(max(LOAD_PAUSE_S, time.monotonic() - began))
