@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlergate.errors import ConfigError, CrawlerGateError
+from crawlergate.stores.l2index import require_json_sql
 
 logger = logging.getLogger(__name__)
 # How long a write waits for another process's write to finish (SQLite's busy timeout).
@@ -188,6 +189,7 @@ class PageCatalogue:
     def _open(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, timeout=WAIT_S, isolation_level=None, check_same_thread=False)
         try:
+            require_json_sql(connection)
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=NORMAL")
             # The WAL is folded into the index every WAL_CHECKPOINT_PAGES pages and cut back to

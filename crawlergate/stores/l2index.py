@@ -303,17 +303,23 @@ def _is_damage(error: sqlite3.Error) -> bool:
     )
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+def require_json_sql(connection: sqlite3.Connection) -> None:
+    """Raise OperationalError (a file that cannot be used, not a damaged one) unless SQLite has what bulk reads and
+    writes here are made of: ``UPDATE … FROM`` (3.33) and its JSON functions."""
     if sqlite3.sqlite_version_info < (3, 33, 0):
-        raise sqlite3.NotSupportedError(f"SQLite {sqlite3.sqlite_version} is older than 3.33, which the index needs")
+        raise sqlite3.OperationalError(f"SQLite {sqlite3.sqlite_version} is older than 3.33, which crawlergate needs")
+    try:
+        connection.execute("SELECT json_array()")
+    except sqlite3.OperationalError:
+        raise sqlite3.OperationalError(
+            f"SQLite {sqlite3.sqlite_version} was built without its JSON functions, which crawlergate needs"
+        ) from None
+
+
+def _connect(path: Path) -> sqlite3.Connection:
     connection = sqlite3.connect(path, timeout=WAIT_S, isolation_level=None, check_same_thread=False)
     try:
-        try:
-            connection.execute("SELECT json_array()")
-        except sqlite3.OperationalError:
-            raise sqlite3.NotSupportedError(
-                f"SQLite {sqlite3.sqlite_version} was built without its JSON functions"
-            ) from None
+        require_json_sql(connection)
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=OFF")
         connection.execute(f"PRAGMA journal_size_limit={WAL_MAX_BYTES}")

@@ -7,9 +7,14 @@ steps a bulk operation takes must not grow with its rows: counted here, not time
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from crawlergate.errors import ConfigError, StoreUnavailable
+from crawlergate.gate.catalogue import PageCatalogue
 from crawlergate.stores.l2index import IndexWrite, L2Index
 from tests.conftest import CountedSteps
 
@@ -71,3 +76,18 @@ def test_l2_index_bulk_operations_keep_their_meaning(tmp_path: Path) -> None:
         write.put_many([])
         write.remove_many([])
     index.close()
+
+
+def test_an_sqlite_too_old_for_bulk_statements_is_named_and_nothing_is_moved_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = L2Index(tmp_path / "l2.sqlite3")
+    index.open()
+    index.close()
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 31, 1))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.31.1")
+    with pytest.raises(StoreUnavailable, match=r"SQLite 3\.31\.1 is older than 3\.33, which crawlergate needs"):
+        L2Index(tmp_path / "l2.sqlite3").open()
+    with pytest.raises(ConfigError, match=r"page catalogue .* SQLite 3\.31\.1 is older than 3\.33"):
+        PageCatalogue(tmp_path / "dirty.sqlite3").start()
+    assert not [path for path in tmp_path.iterdir() if "damaged" in path.name]
