@@ -380,6 +380,10 @@ class CountedSteps:
         self.steps += max(1, len(rows))
         return ReadRows(rows, cursor.rowcount)
 
+    @property
+    def in_transaction(self) -> bool:
+        return self.connection.in_transaction
+
     def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> None:
         listed = list(rows)
         self.steps += len(listed)

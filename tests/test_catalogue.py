@@ -356,7 +356,7 @@ def test_catalogue_damaged_index_is_moved_aside_and_the_gate_starts(tmp_path: Pa
 def catalogue_steps(folder: Path, pages: int) -> list[int]:
     """The SQLite steps of the catalogue's work on ``pages`` pages: stored, asked for by crawlers and the demand
     written, marked, and what changed read back."""
-    catalogue = PageCatalogue(folder / f"dirty-{pages}.sqlite3", refresh_s=0)
+    catalogue = PageCatalogue(folder / f"dirty-{pages}.sqlite3", refresh_s=0, clock=lambda: 1000.0)
     catalogue.start()
     counted = CountedSteps(catalogue._connection)  # type: ignore[arg-type]
     catalogue._connection = counted  # type: ignore[assignment]
@@ -371,7 +371,7 @@ def catalogue_steps(folder: Path, pages: int) -> list[int]:
         before = counted.steps
         work()
         steps.append(counted.steps - before)
-    assert catalogue.demand(digests[0]) == pytest.approx(1.0)
+    assert catalogue.demand(digests[0]) == 1.0
     assert len(catalogue.dirty_digests()) == pages - 1
     catalogue._connection = counted.connection
     catalogue.close()
@@ -382,6 +382,46 @@ def test_catalogue_work_on_2000_pages_takes_as_many_steps_as_on_3(tmp_path: Path
     """Written a row at a time, the demand of 10,000 pages held the catalogue for 3.4 s under a storm of crawler
     hits, and PURGE, marks and stored pages waited (each row waited for the GIL again)."""
     assert catalogue_steps(tmp_path, 2000) == catalogue_steps(tmp_path, 3)
+
+
+def test_catalogue_times_come_back_as_the_very_doubles(tmp_path: Path) -> None:
+    """SQLite writes a real number into JSON with 15 digits: a mark's time would come back 10 µs off, and a page
+    the file calls marked would be unmarked in memory."""
+    marked_at = 1795788768.6990945
+    catalogue = PageCatalogue(tmp_path / "dirty.sqlite3", refresh_s=0, clock=lambda: marked_at)
+    catalogue.start()
+    catalogue.record_stored_many([("d", "/t/1", None), ("e", "/t/2", None)])
+    catalogue.mark(["d", "e"], "edit")
+    assert catalogue.dirty_since("d") == marked_at
+    catalogue.clear("d", marked_at - 2e-6)  # fetched just before the mark: the mark stays
+    assert catalogue.dirty_since("d") == marked_at and catalogue.marked_now("d")
+    catalogue.record_stored_many([("e", "/t/2", marked_at - 2e-6)])
+    assert catalogue.dirty_since("e") == marked_at
+    catalogue.count_demand("d")
+    catalogue.flush_demand()
+    other = PageCatalogue(tmp_path / "dirty.sqlite3", refresh_s=0)
+    other.start()
+    assert other.dirty_digests() == ["d", "e"] and other.dirty_since("e") == marked_at
+    other.close()
+    catalogue.close()
+
+
+def test_catalogue_reads_many_rows_a_page_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dirty_module, "_PAGE_ROWS", 7)
+    catalogue = PageCatalogue(tmp_path / "dirty.sqlite3", refresh_s=0)
+    catalogue.start()
+    digests = [f"{number:032x}" for number in range(30)]
+    catalogue.record_stored_many([(digest, f"/t/{digest}", None) for digest in digests])
+    assert catalogue.mark(digests, "edit") == 30
+    assert sorted(catalogue.matching("/t/*")) == digests
+    other = PageCatalogue(tmp_path / "dirty.sqlite3", refresh_s=0)
+    other.start()
+    assert sorted(other.dirty_digests()) == digests
+    catalogue.record_stored_many([(digest, f"/t/{digest}", None) for digest in digests[:14]])
+    other.refresh()
+    assert sorted(other.dirty_digests()) == digests[14:]
+    other.close()
+    catalogue.close()
 
 
 def test_catalogue_a_mark_during_a_fill_survives_the_store(index: PageCatalogue) -> None:

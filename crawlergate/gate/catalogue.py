@@ -181,7 +181,7 @@ class PageCatalogue:
         (self._data_version,) = database.execute("PRAGMA data_version").fetchone()
         database.execute("BEGIN")
         try:
-            self._dirty = dict(_rows(database, "digest, dirty_since", "FROM pages WHERE dirty_since IS NOT NULL"))
+            self._dirty = dict(_rows(database, ("digest", "dirty_since"), "dirty_since IS NOT NULL"))
             self._seen_seq = int(database.execute("SELECT seq FROM counter WHERE id = 0").fetchone()[0])
         finally:
             database.execute("COMMIT")
@@ -262,9 +262,7 @@ class PageCatalogue:
         now = self.clock()
         try:
             with self._lock, self._writing() as (database, _):
-                stored = _rows(
-                    database, "digest, demand, demand_at", "FROM pages WHERE digest IN " + _EACH, each=counts
-                )
+                stored = _rows(database, ("digest", "demand", "demand_at"), "digest IN " + _EACH, each=counts)
                 demand = {digest: _decayed(was, at, now) + counts[digest] for digest, was, at in stored}
                 database.execute(
                     "UPDATE pages SET demand = counted.value, demand_at = ? FROM json_each(?) AS counted "
@@ -325,8 +323,8 @@ class PageCatalogue:
                 marked = dict(
                     _rows(
                         database,
-                        "digest, dirty_since",
-                        "FROM pages WHERE dirty_since IS NOT NULL AND digest IN " + _EACH,
+                        ("digest", "dirty_since"),
+                        "dirty_since IS NOT NULL AND digest IN " + _EACH,
                         each=stored,
                     )
                 )
@@ -356,11 +354,7 @@ class PageCatalogue:
                         (now, reason, seq, json.dumps(wanted)),
                     )
                     rows = _rows(
-                        database,
-                        "digest, dirty_since",
-                        "FROM pages WHERE seq = ? AND digest IN " + _EACH,
-                        seq,
-                        each=wanted,
+                        database, ("digest", "dirty_since"), "seq = ? AND digest IN " + _EACH, seq, each=wanted
                     )
                 self._dirty.update(rows)
         except sqlite3.Error as exc:
@@ -431,7 +425,7 @@ class PageCatalogue:
         """(digest, URL) of the stored pages whose URL matches an SQLite GLOB."""
         try:
             with self._lock:
-                return _rows(self._db(), "digest, target", "FROM pages WHERE target GLOB ?", glob)
+                return _rows(self._db(), ("digest", "target"), "target GLOB ?", glob)
         except sqlite3.Error as exc:
             raise IndexUnavailable(f"the page catalogue {self.path} cannot be read: {exc}") from None
 
@@ -471,9 +465,7 @@ class PageCatalogue:
         if version == self._data_version:
             return
         self._data_version = version
-        rows = _rows(
-            self._connection, "digest, dirty_since, seq, stored_seq", "FROM pages WHERE seq > ?", self._seen_seq
-        )
+        rows = _rows(self._connection, ("digest", "dirty_since", "seq", "stored_seq"), "seq > ?", self._seen_seq)
         replaced: list[str] = []
         seen_before = self._seen_seq
         for digest, dirty_since, seq, stored_seq in rows:
@@ -492,16 +484,49 @@ class PageCatalogue:
 
 # The values of a JSON array parameter, as the right side of IN.
 _EACH = "(SELECT value FROM json_each(?))"
+# The columns of real numbers (times, demand): SQLite writes a REAL into JSON with 15 significant digits, which
+# rounds a timestamp to 10 µs; with 17 it comes back as the very double.
+_REAL_COLUMNS = frozenset({"dirty_since", "demand", "demand_at"})
+# Rows read in one step at most: one JSON text each, far under SQLite's largest string (a billion bytes) even for
+# the longest targets.
+_PAGE_ROWS = 50_000
 
 
 def _rows(
-    database: sqlite3.Connection, columns: str, source: str, *parameters: object, each: Iterable[str] | None = None
+    database: sqlite3.Connection,
+    columns: tuple[str, ...],
+    where: str,
+    *parameters: object,
+    each: Iterable[str] | None = None,
 ) -> list[tuple[Any, ...]]:
-    """The rows of ``SELECT columns source``, read as one JSON array in one step. ``each`` is the JSON array
-    parameter of an ``_EACH`` in ``source``, after its other ``parameters``."""
+    """The rows (``columns``, the first the digest) of the pages ``where`` says, read as JSON arrays in one step
+    for each _PAGE_ROWS of them, in one snapshot. ``each`` is the JSON array parameter of an ``_EACH`` in
+    ``where``, after its other ``parameters``."""
     values = parameters if each is None else (*parameters, json.dumps(list(each)))
-    (rows,) = database.execute(f"SELECT json_group_array(json_array({columns})) {source}", values).fetchone()
-    return [tuple(row) for row in json.loads(rows)]
+    exact = ", ".join(
+        f"CASE WHEN {column} IS NULL THEN NULL ELSE json(printf('%!.17g', {column})) END"
+        if column in _REAL_COLUMNS
+        else column
+        for column in columns
+    )
+    query = (
+        f"SELECT json_group_array(json_array({exact})), count(*), max(digest) FROM "
+        f"(SELECT {', '.join(columns)} FROM pages WHERE ({where}) AND digest > ? ORDER BY digest LIMIT {_PAGE_ROWS})"
+    )
+    snapshot = not database.in_transaction
+    if snapshot:
+        database.execute("BEGIN")
+    try:
+        rows: list[tuple[Any, ...]] = []
+        after = ""
+        while True:
+            page, count, after = database.execute(query, (*values, after)).fetchone()
+            rows += (tuple(row) for row in json.loads(page))
+            if count < _PAGE_ROWS:
+                return rows
+    finally:
+        if snapshot:
+            database.execute("COMMIT")
 
 
 def _glob(pattern: str) -> str:

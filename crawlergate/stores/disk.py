@@ -382,23 +382,25 @@ class DiskStore:
             if not victims:
                 return True  # nothing left to evict but the page just written (or what is held beside pages)
             removed = []
-            for victim, size in victims[: most - evicted]:
-                try:
-                    os.unlink(self._file(victim))
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    logger.warning("could not evict L2 page %s: %s", victim, exc.strerror)
-                removed.append(victim)
-                freed = self.on_delete(victim)
-                write.add_other(-freed)
-                self._used.pop(victim, None)
-                total -= size + freed
-                evicted += 1
-                self.on_evict()
-                if total <= goal or time.monotonic() >= until:
-                    break
-            write.remove_many(removed)
+            try:
+                for victim, size in victims[: most - evicted]:
+                    try:
+                        os.unlink(self._file(victim))
+                    except FileNotFoundError:
+                        pass
+                    except OSError as exc:
+                        logger.warning("could not evict L2 page %s: %s", victim, exc.strerror)
+                    removed.append(victim)
+                    freed = self.on_delete(victim)
+                    write.add_other(-freed)
+                    self._used.pop(victim, None)
+                    total -= size + freed
+                    evicted += 1
+                    self.on_evict()
+                    if total <= goal or time.monotonic() >= until:
+                        break
+            finally:  # a failure past a deleted file (its published copy's) must not leave the file's row behind
+                write.remove_many(removed)
         return total <= goal
 
     def _write_hits(self, write: IndexWrite) -> None:

@@ -4,6 +4,7 @@ through crashes, full disks, damaged indexes and several processes (forked ones 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import sqlite3
@@ -456,3 +457,39 @@ def _wait_until(condition: Callable[[], bool], *, seconds: float = 10, poll_s: f
     deadline = time.monotonic() + seconds
     while not condition() and time.monotonic() < deadline:
         time.sleep(poll_s)
+
+
+def test_disk_store_eviction_cut_short_by_a_failure_leaves_no_row_without_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk makes a write evict in its own transaction; when a published copy cannot be removed
+    midway (EACCES), the pages already deleted lose their rows too, and the write goes on failing alone."""
+    moments = iter(range(1000, 2000))
+    store = DiskStore(tmp_path, max_bytes=1 << 30, clock=lambda: float(next(moments)))
+    store.index.open()
+    keys = [f"{number:02x}" + "0" * 30 for number in range(1, 6)]
+    for key in keys:
+        store.set_many([(key, b"x" * 100)])
+
+    def on_delete(key: str) -> int:
+        if key == keys[1]:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return 0
+
+    store.on_delete = on_delete
+    replace = os.replace
+    renames: list[str] = []
+
+    def full_once(source: str, target: str) -> None:  # a full disk cannot be made here: the first rename finds one
+        renames.append(target)
+        if len(renames) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        replace(source, target)
+
+    monkeypatch.setattr(disk.os, "replace", full_once)
+    assert store.set_many([("ff" + "0" * 30, b"y" * 100)]) == []
+    monkeypatch.setattr(disk.os, "replace", replace)
+    rows = set(store.index.keys())
+    assert {key for key in keys if store.has_file(key)} == rows == set(keys[2:])
+    assert store.index.totals()[:2] == (3, 3 * 4096)
+    store.close()
