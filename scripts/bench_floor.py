@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 import httpx
-from bench_proxy import NGINX_PLAIN_PROXY, _print_paired, _run_nginx, paired_latencies, start_forum
+from bench_proxy import _print_paired, paired_latencies, start_forum, start_plain_nginx
 from bench_scale import NEW_PAGE, start_gate, start_origin, start_proxy_cache, stop, wrk_with
 from benchlib import GOOGLEBOT, free_port, wait_for
 
@@ -243,12 +243,7 @@ def pass_through(
     ports = {"straight to the forum": forum, "pass floor": free_port(), "nginx proxy_pass": free_port()}
     ports["crawlergate serve"] = free_port()
     processes.append(start_floor_server(ports["pass floor"], "pass", forum))
-    (work / "nginx-pass").mkdir()
-    processes.append(
-        _run_nginx(
-            work / "nginx-pass", NGINX_PLAIN_PROXY, {"origin": f"127.0.0.1:{forum}", "port": ports["nginx proxy_pass"]}
-        )
-    )
+    processes.append(start_plain_nginx(work, ports["nginx proxy_pass"], forum))
     (work / "l2-pass").mkdir()
     processes.append(start_gate(work / "l2-pass", ports["crawlergate serve"], forum, 1 << 32))
     for port in ports.values():

@@ -361,10 +361,16 @@ def catalogue_steps(folder: Path, pages: int) -> list[int]:
     counted = CountedSteps(catalogue._connection)  # type: ignore[arg-type]
     catalogue._connection = counted  # type: ignore[assignment]
     digests = [f"{number:032x}" for number in range(pages)]
+
+    def write_demand() -> None:
+        for digest in [*digests, "never-stored"]:
+            catalogue.count_demand(digest)
+        catalogue.flush_demand()
+
     steps = []
     for work in (
         lambda: catalogue.record_stored_many([(digest, f"/t/{digest}", None) for digest in digests]),
-        lambda: [catalogue.count_demand(digest) for digest in [*digests, "never-stored"]] and catalogue.flush_demand(),
+        write_demand,
         lambda: catalogue.mark(digests[:-1], "test"),
         lambda: catalogue.refresh(),
     ):

@@ -304,21 +304,21 @@ class PageCatalogue:
         now = self.clock()
         # The pages by digest (the last of a digest stored twice), each with the time its fill began.
         stored = {digest: (target, now if fetched_at is None else fetched_at) for digest, target, fetched_at in pages}
-        rows = json.dumps(stored)
+        stored_json = json.dumps(stored)
         try:
             with self._lock, self._writing() as (database, seq):
                 # A mark older than the fill goes; one made since the fill began stays (the page may lack it).
                 database.execute(
                     "UPDATE pages SET dirty_since = NULL, reason = NULL FROM json_each(?) AS stored "
                     "WHERE pages.digest = stored.key AND pages.dirty_since <= json_extract(stored.value, '$[1]')",
-                    (rows,),
+                    (stored_json,),
                 )
                 database.execute(
                     "INSERT INTO pages (digest, target, stored_at, regenerated_at, seq, stored_seq) "
                     "SELECT key, json_extract(value, '$[0]'), ?1, ?1, ?2, ?2 FROM json_each(?3) WHERE true "
                     "ON CONFLICT (digest) DO UPDATE SET target = excluded.target, stored_at = excluded.stored_at, "
                     "regenerated_at = excluded.regenerated_at, seq = excluded.seq, stored_seq = excluded.seq",
-                    (now, seq, rows),
+                    (now, seq, stored_json),
                 )
                 marked = dict(
                     _rows(
