@@ -4,6 +4,7 @@ outside the tree ever answered."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sqlite3
@@ -67,12 +68,13 @@ class Front:
 
 
 def _start_nginx(
-    binary: str, folder: Path, port: int, gate_port: int, cache_dir: Path, direct_log: Path
+    binary: str, folder: Path, port: int, gate_port: int, cache_dir: Path, direct_log: Path, agents_log: Path | None
 ) -> subprocess.Popen[bytes]:
     include = folder / "include"
     subprocess.run(
         [sys.executable, "-m", "crawlergate", "nginx-config", "--out", str(include), "--cache-dir", str(cache_dir),
-         "--gate", f"127.0.0.1:{gate_port}", "--direct-log", str(direct_log), "--origin", "http://127.0.0.1:1"],
+         "--gate", f"127.0.0.1:{gate_port}", "--direct-log", str(direct_log), "--origin", "http://127.0.0.1:1",
+         *(["--agents-from", str(agents_log)] if agents_log else [])],
         check=True, capture_output=True,
     )  # fmt: skip
     temp = {name: folder / name for name in ("body", "proxy", "fastcgi", "uwsgi", "scgi")}
@@ -134,14 +136,20 @@ direct_log = "{direct_log}"
 
 @pytest.fixture
 def front(origin: ServerThread, nginx_binary: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Front]:
-    ttl, max_bytes = getattr(request, "param", (86400, 1 << 30))
+    """nginx and the gate; ``param``: (ttl, max_bytes), and the user agents of an access log nginx-config reads."""
+    ttl, max_bytes, *agents = getattr(request, "param", (86400, 1 << 30))
     gate_dir, nginx_dir = tmp_path / "gate", tmp_path / "nginx"
     nginx_dir.mkdir()
     direct_log = nginx_dir / "direct.log"
+    agents_log = None
+    if agents:
+        agents_log = nginx_dir / "site-access.log"
+        agents_log.write_text("".join(_combined_line(user_agent) for user_agent in agents[0]))
     config = GATE_CONFIG.format(ttl=ttl, max_bytes=max_bytes, direct_log=direct_log)
     with serve_process(origin.url, gate_dir, config) as gate:
         port = free_port()
-        nginx = _start_nginx(nginx_binary, nginx_dir, port, int(gate.rsplit(":", 1)[1]), gate_dir / "l2", direct_log)
+        gate_port = int(gate.rsplit(":", 1)[1])
+        nginx = _start_nginx(nginx_binary, nginx_dir, port, gate_port, gate_dir / "l2", direct_log, agents_log)
         front = Front(f"http://127.0.0.1:{port}", gate, gate_dir / "l2")
         try:
             yield front
@@ -149,6 +157,11 @@ def front(origin: ServerThread, nginx_binary: str, tmp_path: Path, request: pyte
             front.client.close()
             nginx.send_signal(signal.SIGQUIT)
             nginx.wait(timeout=20)
+
+
+def _combined_line(user_agent: str) -> str:
+    escaped = user_agent.replace("\\", "\\\\").replace('"', '\\"')
+    return f'192.0.2.7 - - [27/Nov/2026:10:00:00 +0000] "GET /topic/1 HTTP/1.1" 200 512 "-" "{escaped}"\n'
 
 
 def _published(front: Front, path: str) -> None:
@@ -288,7 +301,7 @@ def test_a_mark_written_before_a_crash_unpublishes_at_the_next_start(
     port = free_port()
     with serve_process(origin.url, gate_dir, config) as gate:
         nginx = _start_nginx(
-            nginx_binary, nginx_dir, port, int(gate.rsplit(":", 1)[1]), gate_dir / "l2", nginx_dir / "direct.log"
+            nginx_binary, nginx_dir, port, int(gate.rsplit(":", 1)[1]), gate_dir / "l2", nginx_dir / "direct.log", None
         )
         front = Front(f"http://127.0.0.1:{port}", gate, gate_dir / "l2")
         try:
@@ -316,24 +329,44 @@ def test_a_mark_written_before_a_crash_unpublishes_at_the_next_start(
             time.sleep(0.05)
 
 
-def test_nginx_reads_the_generated_map_as_python_does(front: Front) -> None:
-    """The maps' patterns (tries, atomic groups, look-aheads, \\x escapes) mean the same to nginx's PCRE as to
-    Python's re, on a sample of the corpus: a user agent gets the direct answer exactly when the maps say crawler."""
+@functools.cache
+def _map_sample() -> list[str]:
+    """Search engines and AI crawlers of the corpus, and people, that nginx can be sent (printable ASCII)."""
+    crawlers = [ua for kind, ua in read_corpus("corpus-crawlers.tsv.gz") if kind in ("search-engine", "ai-crawler")]
+    people = [ua for _, ua in read_corpus("corpus-people.tsv.gz")]
+    return [ua for ua in crawlers[::4] + people[::400] if ua.isascii() and ua.isprintable()]
+
+
+def _direct_exactly_where_the_maps_say_crawler(front: Front, sample: list[str]) -> None:
     from crawlergate.classify import Classifier
     from crawlergate.config import Settings
     from crawlergate.front.nginx import crawler_map, served_families
 
     classifier = Classifier.from_settings(Settings().classify)
     maps = crawler_map(classifier.ruleset, served_families(Settings(), classifier))
-    crawlers = [ua for kind, ua in read_corpus("corpus-crawlers.tsv.gz") if kind in ("search-engine", "ai-crawler")]
-    people = [ua for _, ua in read_corpus("corpus-people.tsv.gz")]
-    sample = crawlers[::4] + people[::400]
     _published(front, "/topic/sample")
     wrong = []
     for user_agent in sample:
-        if not user_agent.isascii() or not user_agent.isprintable():
-            continue
         direct = front.outcome("/topic/sample", {"user-agent": user_agent}) == DIRECT
         if direct != maps.says_crawler(user_agent):
             wrong.append(user_agent)
     assert wrong == []
+
+
+def test_nginx_reads_the_generated_map_as_python_does(front: Front) -> None:
+    """The maps' patterns (tries, atomic groups, look-aheads, \\x escapes) mean the same to nginx's PCRE as to
+    Python's re, on a sample of the corpus: a user agent gets the direct answer exactly when the maps say crawler."""
+    _direct_exactly_where_the_maps_say_crawler(front, _map_sample())
+
+
+# The sample as an access log nginx-config learns known user agents from, each as it was and in capitals.
+_LEARNED = [*_map_sample(), *(user_agent.upper() for user_agent in _map_sample()[::7])]
+
+
+@pytest.mark.parametrize("front", [(86400, 1 << 30, _LEARNED)], indirect=True)
+def test_known_user_agents_found_by_the_hash_are_answered_as_the_patterns_would(front: Front) -> None:
+    """With the crawlers of a site's log found by nginx's hash (``--agents-from``), a user agent still gets the
+    direct answer exactly when the maps say crawler: the crawlers in it, in any case, and never the people."""
+    include = (front.folder.parent.parent / "nginx" / "include" / "crawlergate-http.conf").read_text()
+    assert "map_hash_bucket_size" in include and include.count('" 1;\n') > 100
+    _direct_exactly_where_the_maps_say_crawler(front, [*_map_sample(), *(ua.swapcase() for ua in _map_sample()[::5])])

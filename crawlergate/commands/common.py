@@ -12,6 +12,8 @@ from typing import Any, TextIO
 
 from crawlergate.config import Settings, load_settings
 from crawlergate.errors import CrawlerGateError
+from crawlergate.progress import Progress
+from crawlergate.tools.logparse import LogReader
 
 EXIT_OK = 0
 # `check`: the page would not be stored.
@@ -154,3 +156,32 @@ non_negative_int = number_argument(int, lambda value: value >= 0, "0 or a positi
 
 
 non_negative_float = number_argument(float, lambda value: value >= 0, "0 or a positive number")
+
+
+def open_agents_log(path: Path, log_format: str = "auto") -> LogReader:
+    """A reader of an access log whose format is known (detected or given) and records user agents, after one line
+    saying which format it is."""
+    reader = LogReader(path, log_format)
+    print(f"{path.name}: read as {reader.format.description}", file=sys.stderr)
+    if not reader.format.has_user_agent:
+        raise CrawlerGateError(
+            f"Log file '{path}' records no user agents ({reader.format.description}), so crawlers cannot be "
+            "told from people in it. Log them: nginx/Apache 'combined', IIS cs(User-Agent), Traefik "
+            "accessLog.fields.headers.names.User-Agent=keep."
+        )
+    return reader
+
+
+def after_reading(reader: LogReader) -> None:
+    """Refuse a log of which no line was a request; warn about a damaged or partly unreadable one."""
+    reader.require_requests()
+    for warning in reader.warnings():
+        print(f"warning: {warning}", file=sys.stderr)
+
+
+def progress_bytes(progress: Progress) -> Callable[[int, int], None]:
+    def report(done: int, total: int) -> None:
+        progress.total = total
+        progress.update(done)
+
+    return report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 
 from crawlergate.classify import Classifier
@@ -12,11 +13,24 @@ from crawlergate.commands.common import (
     EXIT_OK,
     add_settings_flags,
     add_site_flags,
+    after_reading,
     flag_overrides,
+    open_agents_log,
+    progress_bytes,
     settings_of,
 )
-from crawlergate.front.nginx import HTTP_FILE, SERVER_FILE, nginx_include
+from crawlergate.front.nginx import (
+    HTTP_FILE,
+    MAX_KNOWN_AGENTS,
+    SERVER_FILE,
+    crawler_map,
+    known_agents,
+    nginx_include,
+    served_families,
+)
+from crawlergate.progress import Progress
 from crawlergate.rules import load_site_profiles
+from crawlergate.tools.logparse import LogReader
 
 DEFAULT_DIRECT_LOG = "/var/log/nginx/crawlergate-direct.log"
 
@@ -40,6 +54,16 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--direct-log",
         help=f"where nginx logs its direct hits (default: front.direct_log, else {DEFAULT_DIRECT_LOG})",
     )
+    config.add_argument(
+        "--agents-from",
+        metavar="LOG",
+        type=Path,
+        action="append",
+        default=[],
+        help=f"an access log of the site (nginx, Apache, Caddy, IIS, the gate's own; plain or gzip; repeatable): the "
+        f"crawlers' user agents it holds most, up to {MAX_KNOWN_AGENTS:,}, are found by a hash lookup instead of the "
+        "patterns, which cost nginx about half its direct hits (default: none; the patterns alone)",
+    )
     config.set_defaults(handler=_run_nginx_config)
 
 
@@ -51,7 +75,12 @@ def _run_nginx_config(args: argparse.Namespace) -> int:
     )
     gate = args.gate or _gate_address(settings.server.host, settings.server.port)
     direct_log = args.direct_log or settings.front.direct_log or DEFAULT_DIRECT_LOG
-    files = nginx_include(settings, gate=gate, direct_log=Path(direct_log), classifier=classifier)
+    agents: list[str] = []
+    if args.agents_from:
+        crawlers = crawler_map(classifier.ruleset, served_families(settings, classifier))
+        agents = known_agents(crawlers, _user_agents(args.agents_from))
+        print(f"{len(agents):,} crawler user agents found by a hash lookup", file=sys.stderr)
+    files = nginx_include(settings, gate=gate, direct_log=Path(direct_log), classifier=classifier, agents=agents)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
@@ -68,6 +97,18 @@ def _run_nginx_config(args: argparse.Namespace) -> int:
     if not settings.front.publish:
         print("(front.publish is off in these settings: nginx finds no page until the gate publishes them)")
     return EXIT_OK
+
+
+def _user_agents(logs: list[Path]) -> Counter[str]:
+    """How often each user agent asked for something in ``logs``."""
+    counts: Counter[str] = Counter()
+    for log in logs:
+        log_format = open_agents_log(log).format
+        with Progress(f"reading {log.name}", total=1, unit="B") as progress:
+            reader = LogReader(log, log_format, on_progress=progress_bytes(progress))
+            counts.update(record.user_agent for record in reader)
+        after_reading(reader)
+    return counts
 
 
 def _gate_address(host: str, port: int) -> str:

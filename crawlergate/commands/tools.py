@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
@@ -17,8 +17,11 @@ from crawlergate.commands.common import (
     EXIT_USAGE,
     add_output_flags,
     add_settings_flags,
+    after_reading,
+    open_agents_log,
     positive_float,
     positive_int,
+    progress_bytes,
     settings_of,
     text_out,
     write_json,
@@ -164,9 +167,9 @@ def _classify_log(args: argparse.Namespace, classifier: Classifier) -> int:
     out = text_out(args)
     reader = _open_log(args)
     with Progress(f"reading {args.log.name}", total=1, unit="B") as progress:
-        reader = LogReader(args.log, reader.format, on_progress=_progress_bytes(progress))
+        reader = LogReader(args.log, reader.format, on_progress=progress_bytes(progress))
         report = crawler_share(reader, classifier)
-    _after_reading(reader)
+    after_reading(reader)
     print(format_share(report, classifier, args.top), file=out)
     skipped = f"{reader.malformed:,} malformed line(s) skipped" if reader.malformed else "no malformed lines"
     print(f"\n{reader.lines:,} lines read, {skipped}", file=out)
@@ -184,9 +187,9 @@ def _run_analyze(args: argparse.Namespace) -> int:
     out = text_out(args)
     log_format = _open_log(args).format
     with Progress(f"reading {args.log.name}", total=1, unit="B") as progress:
-        reader = LogReader(args.log, log_format, on_progress=_progress_bytes(progress))
+        reader = LogReader(args.log, log_format, on_progress=progress_bytes(progress))
         profile = profile_log(reader, classifier)
-    _after_reading(reader)
+    after_reading(reader)
     print(format_profile(profile, classifier, args.top), file=out)
     print(f"\n{reader.lines:,} lines read, {reader.malformed:,} malformed skipped", file=out)
     if args.json:
@@ -222,7 +225,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     reader = _open_log(args)
     requests = requests_from_log(reader, classifier, limit=args.limit, path_pattern=pattern, kind=args.kind)
     if args.limit is None or len(requests) < args.limit:
-        _after_reading(reader)
+        after_reading(reader)
     if not requests:
         raise CrawlerGateError(f"No GET/HEAD requests to replay in '{args.log}' (after filters).")
     mode = f"open loop at {args.speed:g}x the log's pace" if args.speed else f"{concurrency} clients"
@@ -273,30 +276,7 @@ def _open_log(args: argparse.Namespace) -> LogReader:
     for output in (getattr(args, "json", None), getattr(args, "report", None)):
         if output not in (None, "-") and not os.access(Path(output).resolve().parent, os.W_OK):
             raise CrawlerGateError(f"Cannot write '{output}': its folder does not exist or is not writable.")
-    reader = LogReader(args.log, args.format)
-    print(f"{args.log.name}: read as {reader.format.description}", file=sys.stderr)
-    if not reader.format.has_user_agent:
-        raise CrawlerGateError(
-            f"Log file '{args.log}' records no user agents ({reader.format.description}), so crawlers cannot be "
-            "told from people in it. Log them: nginx/Apache 'combined', IIS cs(User-Agent), Traefik "
-            "accessLog.fields.headers.names.User-Agent=keep."
-        )
-    return reader
-
-
-def _after_reading(reader: LogReader) -> None:
-    """Refuse a log of which no line was a request; warn about a damaged or partly unreadable one."""
-    reader.require_requests()
-    for warning in reader.warnings():
-        print(f"warning: {warning}", file=sys.stderr)
-
-
-def _progress_bytes(progress: Progress) -> Callable[[int, int], None]:
-    def report(done: int, total: int) -> None:
-        progress.total = total
-        progress.update(done)
-
-    return report
+    return open_agents_log(args.log, args.format)
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
@@ -322,7 +302,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
     with Progress(f"reading {args.log.name}", total=1, unit="B") as progress:
         trace = load_trace(
             args.log, classifier, keys, log_format=log_format, cache_dir=cache_dir,
-            rules_fingerprint=rules_fingerprint([*rule_files, cache_rules]), on_progress=_progress_bytes(progress),
+            rules_fingerprint=rules_fingerprint([*rule_files, cache_rules]), on_progress=progress_bytes(progress),
         )  # fmt: skip
     parsed = time.perf_counter() - started
     trace.assume_sizes_when_unknown()

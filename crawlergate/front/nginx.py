@@ -13,13 +13,20 @@ session cookie and no Authorization; a plain path (``PLAIN_PATH``: no escapes, n
 segments); and a published file for it. Suspects, claimants to verify, people and everything else
 stay with the gate.
 
-    files = nginx_include(settings, gate="127.0.0.1:8080", direct_log=Path("/var/log/nginx/crawlergate.log"))
+The user agents a site's crawlers send most (``known_agents``, learned from its access logs) are looked up in
+a hash before any pattern runs: the patterns must all be tried on a crawler's user agent to prove it carries no
+person's token, and cost nginx half its direct hits.
+
+    agents = known_agents(crawler_map(ruleset, families), counts_from_logs)
+    files = nginx_include(settings, gate="127.0.0.1:8080", direct_log=Path("/var/log/nginx/crawlergate.log"),
+                          classifier=classifier, agents=agents)
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +53,12 @@ LOG_FORMAT = (
 _UNQUOTABLE = re.compile(r'["\\$\n\r]')
 # Alternatives per map entry: PCRE compiles each into one pattern; nginx's limit is far above this.
 _CHUNK = 200
+# Known user agents in the include at most, and the longest one: nginx's hash of them needs buckets that hold
+# the longest (map_hash_bucket_size), and a handful of crawlers send most of a site's crawler requests.
+MAX_KNOWN_AGENTS = 1000
+MAX_KNOWN_AGENT_CHARS = 400
+# A map's own words, which a key would have to escape; nginx lowercases keys, so the words are lowercase too.
+_MAP_WORDS = frozenset({"default", "hostnames", "include", "volatile"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +122,51 @@ def crawler_map(ruleset: RuleSet, served_families: Iterable[str]) -> CrawlerMap:
     return CrawlerMap(tuple(named), tuple(refused), fields, tuple(outside) if fields else ())
 
 
+def known_agents(crawlers: CrawlerMap, counts: Counter[str], limit: int = MAX_KNOWN_AGENTS) -> list[str]:
+    """The user agents of ``counts`` (how often each was seen) that the maps call a crawler, most frequent first, at
+    most ``limit``: each one nginx's hash may answer for the patterns, since it gives what they give.
+
+    nginx matches a map's strings case-insensitively, as the patterns are read: of two that differ in case only, the
+    first is kept. A user agent nginx could not take as a quoted key is left to the patterns.
+    """
+    known: dict[str, str] = {}
+    for user_agent, _ in counts.most_common():
+        if len(known) >= limit:
+            break
+        lowered = user_agent.lower()
+        if lowered in known or not _quotable_key(user_agent) or not crawlers.says_crawler(user_agent):
+            continue
+        known[lowered] = user_agent
+    return list(known.values())
+
+
+def _quotable_key(user_agent: str) -> bool:
+    return (
+        0 < len(user_agent) <= MAX_KNOWN_AGENT_CHARS
+        and user_agent.isascii()
+        and user_agent.isprintable()
+        and not _UNQUOTABLE.search(user_agent)
+        and not user_agent.startswith("~")
+        and user_agent.lower() not in _MAP_WORDS
+    )
+
+
+def _hash_sizes(agents: Sequence[str]) -> list[str]:
+    """The directives with which nginx can build the hash of ``agents``: a bucket holds an entry (a pointer and the
+    key, aligned, with its length) and a pointer; a bucket's default size (a cache line) holds keys of 50 characters."""
+    if not agents:
+        return []
+    entry = 8 + (max(map(len, agents)) + 2 + 7) // 8 * 8 + 8
+    bucket = 64
+    while bucket < entry:
+        bucket *= 2
+    return [
+        "# Buckets that hold the longest known user agent. An nginx.conf that sets these too must drop its own.",
+        f"map_hash_bucket_size {bucket};",
+        f"map_hash_max_size {max(2048, 8 * len(agents))};",
+    ]
+
+
 def served_families(settings: Settings, classifier: Classifier) -> list[str]:
     """The named families whose announced crawlers the policy serves from the cache (not live, not denied).
 
@@ -143,8 +201,11 @@ def session_cookie_map(settings: Settings, classifier: Classifier) -> list[str]:
     return [f'"~(?:^|;)[\\x20\\x09]*(?:{alternatives})[\\x20\\x09]*=" "";', "default 1;"]
 
 
-def nginx_include(settings: Settings, *, gate: str, direct_log: Path, classifier: Classifier) -> dict[str, str]:
-    """The two files of the include, by name: the http-level part and the server-level part."""
+def nginx_include(
+    settings: Settings, *, gate: str, direct_log: Path, classifier: Classifier, agents: Sequence[str] = ()
+) -> dict[str, str]:
+    """The two files of the include, by name: the http-level part and the server-level part; ``agents`` are the
+    user agents answered by a hash lookup (``known_agents``)."""
     if not settings.site_url:
         raise ConfigError("nginx-config needs the site: --origin or --public-url (server.origin, server.public_url).")
     tree = (settings.cache_dir / PUBLISHED_FOLDER / host_folder(settings.site_url)).resolve()
@@ -164,14 +225,22 @@ def nginx_include(settings: Settings, *, gate: str, direct_log: Path, classifier
         "# One JSON line per crawler hit nginx answers from the published tree; the gate reads it (front.direct_log).",
         f"log_format crawlergate_direct escape=json '{LOG_FORMAT}';",
         "",
-        "# An announced crawler of a named family the policy serves from the cache: 1. Maps are worked out only when",
-        "# needed: a person's request costs the first search; the others run for a crawler's.",
+        *_hash_sizes(agents),
+        "# An announced crawler of a named family the policy serves from the cache: 1. The user agents seen most in",
+        "# the logs nginx-config read (--agents-from) are found by a hash lookup; any other by the patterns below.",
+        "map $http_user_agent $crawlergate_crawler {",
+        "    default $crawlergate_by_rules;",
+        *(f'    "{agent}" 1;' for agent in agents),
+        "}",
+        "",
+        "# Maps are worked out only when needed: a person's request costs the first search; the others run for a",
+        "# crawler's.",
         "map $http_user_agent $crawlergate_named {",
         '    default "";',
         *(f'    "~*{pattern}" 1;' for pattern in crawlers.named),
         "}",
         "",
-        "map $crawlergate_named $crawlergate_crawler {",
+        "map $crawlergate_named $crawlergate_by_rules {",
         '    default "";',
         "    1 $crawlergate_checked;",
         "}",
