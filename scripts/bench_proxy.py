@@ -5,7 +5,9 @@
   (scripts/nginx-proxy-cache.conf), at 1 and 2 workers each.
 - Crawler hits at the static-file limit: the forum's front page, through nginx with the include
   `crawlergate nginx-config` writes (answered from the gate's published tree, its JSON log of
-  direct hits on), beside nginx `gzip_static` sending the very same file, and `crawlergate serve`.
+  direct hits on), beside nginx `gzip_static` sending the very same file, and `crawlergate serve`; and
+  through nginx with an include made `--agents-from` a site log in which Googlebot asked for pages (its
+  user agent then found by nginx's map hash, not the patterns).
 - Human pass-through: one request at a time with a person's page-load headers (no queueing, so the
   difference is the proxy's own cost), straight to the forum, whose pages cost 20 ms of CPU, through
   `crawlergate serve` and through a plain nginx proxy_pass, in turn, request by request; with
@@ -115,11 +117,15 @@ http {
 """
 
 
-def start_direct_front(folder: Path, port: int, gate: int, forum: int) -> tuple[list[subprocess.Popen[bytes]], Path]:
-    """A gate that publishes its pages and nginx with the generated include in front of it; the gate's L2."""
-    prefix = folder / "nginx-direct"
+def start_direct_front(
+    folder: Path, port: int, gate: int, forum: int, learned: bool = False
+) -> tuple[list[subprocess.Popen[bytes]], Path]:
+    """A gate that publishes its pages and nginx with the generated include in front of it; the gate's L2. ``learned``:
+    the include is made with ``--agents-from`` a site's log in which Googlebot asked for pages (found by hash)."""
+    name = "direct-learned" if learned else "direct"
+    prefix = folder / f"nginx-{name}"
     prefix.mkdir()
-    cache = folder / "l2-direct"
+    cache = folder / f"l2-{name}"
     config = prefix / "gate.toml"
     config.write_text(f'[front]\npublish = true\ndirect_log = "{prefix / "direct.log"}"\n')
     origin = f"http://127.0.0.1:{forum}"
@@ -130,6 +136,11 @@ def start_direct_front(folder: Path, port: int, gate: int, forum: int) -> tuple[
     include = [sys.executable, "-m", "crawlergate", "nginx-config", "--out", str(prefix / "include")]
     include += ["--origin", origin, "--cache-dir", str(cache), "--gate", f"127.0.0.1:{gate}"]
     include += ["--direct-log", str(prefix / "direct.log")]
+    if learned:
+        log = prefix / "site-access.log"
+        line = '66.249.66.1 - - [27/Nov/2026:10:00:00 +0000] "GET /t/{} HTTP/1.1" 200 5120 "-" "{}"\n'
+        log.write_text("".join(line.format(number, GOOGLEBOT) for number in range(100)))
+        include += ["--agents-from", str(log)]
     subprocess.run(include, check=True, capture_output=True, env=environment)
     return [gate_process, _run_nginx(prefix, NGINX_WITH_INCLUDE, {"port": port})], cache
 
@@ -291,16 +302,20 @@ def bench_forum(args: argparse.Namespace) -> None:
                 warm.raise_for_status()
             direct_gate, direct_nginx, static_nginx = free_port(), free_port(), free_port()
             started, cache = start_direct_front(folder, direct_nginx, direct_gate, forum)
-            processes += started
-            wait_for(direct_gate)
-            wait_for(direct_nginx)
+            learned_gate, learned_nginx = free_port(), free_port()
+            processes += started + start_direct_front(folder, learned_nginx, learned_gate, forum, learned=True)[0]
+            for port in (direct_gate, direct_nginx, learned_gate, learned_nginx):
+                wait_for(port)
             front_page = f"http://127.0.0.1:{direct_nginx}/"
+            learned_front_page = f"http://127.0.0.1:{learned_nginx}/"
             _wait_published(front_page)
+            _wait_published(learned_front_page)
             published = cache / "published" / "127.0.0.1" / ".index.gz"
             processes.append(start_gzip_static(folder, static_nginx, published, args.nginx_logs))
             wait_for(static_nginx)
             crawler_cases["crawlergate, 1 worker(s), front page"] = f"http://127.0.0.1:{gate_ports[1]}/"
             crawler_cases["nginx + include, direct, front page"] = front_page
+            crawler_cases["nginx + include --agents-from, direct"] = learned_front_page
             crawler_cases["nginx gzip_static, same file"] = f"http://127.0.0.1:{static_nginx}/front.html"
             for url in crawler_cases.values():
                 httpx.get(url, headers={"user-agent": GOOGLEBOT, "accept-encoding": "gzip"}).raise_for_status()
@@ -334,6 +349,11 @@ def bench_forum(args: argparse.Namespace) -> None:
         print(f"crawler hits, {workers} worker(s): crawlergate at {ours['rps'] / theirs['rps']:.0%} of nginx")
     direct, static = median["nginx + include, direct, front page"], median["nginx gzip_static, same file"]
     print(f"direct crawler hits through nginx with the include: {direct['rps'] / static['rps']:.0%} of gzip_static")
+    learned = median["nginx + include --agents-from, direct"]
+    print(
+        f"the same with Googlebot's user agent learned from a log (--agents-from): "
+        f"{learned['rps'] / static['rps']:.0%} of gzip_static"
+    )
     print(
         f"\nHuman pass-through, {args.work_ms:g} ms forum page, {args.human_requests} requests each, one at a "
         "time, interleaved (direct, crawlergate, nginx, direct, ...) on keep-alive connections"
