@@ -89,6 +89,7 @@ pid {prefix}/nginx.pid;
 error_log {prefix}/error.log warn;
 events { worker_connections 1024; }
 http {
+    include {prefix}/include/crawlergate-hash.conf;
     access_log off;
     include {prefix}/include/crawlergate-http.conf;
     server {

@@ -90,6 +90,9 @@ pid {folder}/nginx.pid;
 error_log {folder}/error.log;
 events {{ worker_connections 256; }}
 http {{
+    include {include}/crawlergate-hash.conf;
+    # A site's own map before the include: the hash's sizes were set before it.
+    map $http_upgrade $site_connection {{ default upgrade; "" close; }}
     access_log {folder}/access.log;
     client_body_temp_path {temp["body"]};
     proxy_temp_path {temp["proxy"]};
@@ -367,6 +370,7 @@ _LEARNED = [*_map_sample(), *(user_agent.upper() for user_agent in _map_sample()
 def test_known_user_agents_found_by_the_hash_are_answered_as_the_patterns_would(front: Front) -> None:
     """With the crawlers of a site's log found by nginx's hash (``--agents-from``), a user agent still gets the
     direct answer exactly when the maps say crawler: the crawlers in it, in any case, and never the people."""
-    include = (front.folder.parent.parent / "nginx" / "include" / "crawlergate-http.conf").read_text()
-    assert "map_hash_bucket_size" in include and include.count('" 1;\n') > 100
+    include = front.folder.parent.parent / "nginx" / "include"
+    assert "map_hash_bucket_size" in (include / "crawlergate-hash.conf").read_text()
+    assert (include / "crawlergate-http.conf").read_text().count('" 1;\n') > 100
     _direct_exactly_where_the_maps_say_crawler(front, [*_map_sample(), *(ua.swapcase() for ua in _map_sample()[::5])])

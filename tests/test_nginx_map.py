@@ -72,10 +72,10 @@ def test_nginx_config_learns_known_agents_from_a_log_and_refuses_one_without_use
     command = [sys.executable, "-m", "crawlergate", "nginx-config", "--origin", "http://127.0.0.1:1"]
     made = subprocess.run([*command, "--out", str(tmp_path / "inc"), "--agents-from", str(log)], capture_output=True)
     assert made.returncode == 0, made.stderr
-    assert b"2 crawler user agents found by a hash lookup" in made.stderr
+    assert b"crawler user agents found by a hash lookup: 2" in made.stderr
     include = (tmp_path / "inc" / "crawlergate-http.conf").read_text()
     assert f'    "{GOOGLEBOT}" 1;\n    "{BINGBOT}" 1;\n' in include and FIREFOX not in include
-    assert "map_hash_bucket_size 128;" in include
+    assert "map_hash_bucket_size 256;" in (tmp_path / "inc" / "crawlergate-hash.conf").read_text()
     bare = tmp_path / "bare.log"
     bare.write_text('192.0.2.1 - - [27/Nov/2026:10:00:00 +0000] "GET / HTTP/1.1" 200 5\n')
     refused = subprocess.run([*command, "--out", str(tmp_path / "x"), "--agents-from", str(bare)], capture_output=True)

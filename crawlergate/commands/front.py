@@ -20,6 +20,7 @@ from crawlergate.commands.common import (
     settings_of,
 )
 from crawlergate.front.nginx import (
+    HASH_FILE,
     HTTP_FILE,
     MAX_KNOWN_AGENTS,
     SERVER_FILE,
@@ -42,7 +43,8 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="write the nginx include that answers announced crawlers from the published tree",
         description="Write an nginx include, generated from the active rules and settings, with which nginx answers "
         "announced crawlers from the gate's published tree (front.publish) and sends everyone else to the gate: "
-        f"{HTTP_FILE} for the http block, {SERVER_FILE} for the server block.",
+        f"{HASH_FILE} for the top of the http block, {HTTP_FILE} for the http block, {SERVER_FILE} for the server "
+        "block.",
     )
     add_site_flags(config)
     add_settings_flags(config, cache=True)
@@ -79,7 +81,7 @@ def _run_nginx_config(args: argparse.Namespace) -> int:
     if args.agents_from:
         crawlers = crawler_map(classifier.ruleset, served_families(settings, classifier))
         agents = known_agents(crawlers, _user_agents(args.agents_from))
-        print(f"{len(agents):,} crawler user agents found by a hash lookup", file=sys.stderr)
+        print(f"crawler user agents found by a hash lookup: {len(agents):,}", file=sys.stderr)
     files = nginx_include(settings, gate=gate, direct_log=Path(direct_log), classifier=classifier, agents=agents)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -89,8 +91,9 @@ def _run_nginx_config(args: argparse.Namespace) -> int:
         print(f"crawlergate: cannot write the include to {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILURE
     folder = args.out.resolve()
-    print(f"wrote {folder / HTTP_FILE} and {folder / SERVER_FILE}; in nginx.conf:")
-    print(f"    http   {{ include {folder / HTTP_FILE}; ... }}")
+    print(f"wrote {folder / HASH_FILE}, {folder / HTTP_FILE} and {folder / SERVER_FILE}; in nginx.conf:")
+    print(f"    http   {{ include {folder / HASH_FILE};  (first, before any map)")
+    print(f"             include {folder / HTTP_FILE}; ... }}")
     print(f"    server {{ include {folder / SERVER_FILE}; ... }}")
     print("and in the gate's settings:")
     print(f'    [front]\n    publish = true\n    direct_log = "{direct_log}"')
