@@ -15,6 +15,7 @@ from crawlergate.config import ClassifySettings, Settings
 from crawlergate.front.nginx import crawler_map, known_agents, served_families
 from crawlergate.stores.published import PLAIN_PATH, published_name, target_of
 from tests.conftest import read_corpus
+from tests.visitors import BINGBOT_UA, FIREFOX_UA, GOOGLEBOT_UA
 
 
 @pytest.fixture(scope="module")
@@ -41,40 +42,35 @@ def test_the_map_finds_the_announced_search_engines_and_ai_crawlers(classifier: 
         assert found / len(named) >= least, (crawler_set, found, len(named))
 
 
-GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
-BINGBOT = "Mozilla/5.0 (compatible; bingbot/2.0; +http://www.bing.com/bingbot.htm)"
-FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0"
-
-
 def test_known_agents_are_the_crawlers_seen_most_each_once_and_quotable(classifier: Classifier) -> None:
     crawlers = crawler_map(classifier.ruleset, served_families(Settings(), classifier))
     counts = Counter({
-        FIREFOX: 900,  # a person: the patterns decide, and say no
+        FIREFOX_UA: 900,  # a person: the patterns decide, and say no
         "curl/8.5.0": 500,  # a program: no family the policy serves from the cache
-        BINGBOT: 40,
-        GOOGLEBOT: 300,
-        GOOGLEBOT.upper(): 200,  # nginx matches keys case-insensitively: the same key
+        BINGBOT_UA: 40,
+        GOOGLEBOT_UA: 300,
+        GOOGLEBOT_UA.upper(): 200,  # nginx matches keys case-insensitively: the same key
         'Googlebot/2.1 "quoted"': 100,  # cannot be an nginx quoted string
         "Googlebot/2.1 $x": 100,
         "~Googlebot/2.1": 100,  # would be read as a pattern
         "Googlebot/2.1 \u00e9t\u00e9": 100,
         "Googlebot/2.1 " + "x" * 400: 100,  # longer than a bucket is made for
     })  # fmt: skip
-    assert known_agents(crawlers, counts) == [GOOGLEBOT, BINGBOT]
-    assert known_agents(crawlers, counts, limit=1) == [GOOGLEBOT]
+    assert known_agents(crawlers, counts) == [GOOGLEBOT_UA, BINGBOT_UA]
+    assert known_agents(crawlers, counts, limit=1) == [GOOGLEBOT_UA]
 
 
 def test_nginx_config_learns_known_agents_from_a_log_and_refuses_one_without_user_agents(tmp_path: Path) -> None:
     log = tmp_path / "access.log"
     lines = [f'192.0.2.1 - - [27/Nov/2026:10:00:00 +0000] "GET /t/{n} HTTP/1.1" 200 5 "-" "{ua}"\n'
-             for n, ua in enumerate([GOOGLEBOT] * 3 + [FIREFOX] * 5 + [BINGBOT])]  # fmt: skip
+             for n, ua in enumerate([GOOGLEBOT_UA] * 3 + [FIREFOX_UA] * 5 + [BINGBOT_UA])]  # fmt: skip
     log.write_text("".join(lines))
     command = [sys.executable, "-m", "crawlergate", "nginx-config", "--origin", "http://127.0.0.1:1"]
     made = subprocess.run([*command, "--out", str(tmp_path / "inc"), "--agents-from", str(log)], capture_output=True)
     assert made.returncode == 0, made.stderr
     assert b"crawler user agents found by a hash lookup: 2" in made.stderr
     include = (tmp_path / "inc" / "crawlergate-http.conf").read_text()
-    assert f'    "{GOOGLEBOT}" 1;\n    "{BINGBOT}" 1;\n' in include and FIREFOX not in include
+    assert f'    "{GOOGLEBOT_UA}" 1;\n    "{BINGBOT_UA}" 1;\n' in include and FIREFOX_UA not in include
     assert "map_hash_bucket_size 256;" in (tmp_path / "inc" / "crawlergate-hash.conf").read_text()
     bare = tmp_path / "bare.log"
     bare.write_text('192.0.2.1 - - [27/Nov/2026:10:00:00 +0000] "GET / HTTP/1.1" 200 5\n')
