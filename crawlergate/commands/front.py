@@ -24,10 +24,7 @@ from crawlergate.front.nginx import (
     HTTP_FILE,
     MAX_KNOWN_AGENTS,
     SERVER_FILE,
-    crawler_map,
-    known_agents,
     nginx_include,
-    served_families,
 )
 from crawlergate.progress import Progress
 from crawlergate.rules import load_site_profiles
@@ -77,15 +74,13 @@ def _run_nginx_config(args: argparse.Namespace) -> int:
     )
     gate = args.gate or _gate_address(settings.server.host, settings.server.port)
     direct_log = args.direct_log or settings.front.direct_log or DEFAULT_DIRECT_LOG
-    agents: list[str] = []
-    if args.agents_from:
-        crawlers = crawler_map(classifier.ruleset, served_families(settings, classifier))
-        agents = known_agents(crawlers, _user_agents(args.agents_from))
-        print(f"crawler user agents found by a hash lookup: {len(agents):,}", file=sys.stderr)
-    files = nginx_include(settings, gate=gate, direct_log=Path(direct_log), classifier=classifier, agents=agents)
+    seen = _user_agents(args.agents_from) if args.agents_from else None
+    include = nginx_include(settings, gate=gate, direct_log=Path(direct_log), classifier=classifier, seen=seen)
+    if seen is not None:
+        print(f"crawler user agents found by a hash lookup: {len(include.known_agents):,}", file=sys.stderr)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
+        for name, text in include.files.items():
             (args.out / name).write_text(text)
     except OSError as exc:
         print(f"crawlergate: cannot write the include to {args.out}: {exc.strerror or exc}", file=sys.stderr)

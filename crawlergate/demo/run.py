@@ -330,7 +330,7 @@ def start_nginx_front(folder: Path, port: int, gate_port: int, settings: Setting
     classifier = Classifier.from_settings(settings.classify)
     include = nginx_include(settings, gate=f"127.0.0.1:{gate_port}", direct_log=prefix / "direct.log",
                             classifier=classifier)  # fmt: skip
-    for name, text in include.items():
+    for name, text in include.files.items():
         (prefix / "include" / name).write_text(text)
     temp = "\n".join(f"    {kind}_temp_path {prefix / kind};" for kind in ("proxy", "fastcgi", "uwsgi", "scgi"))
     user = "user root;\n" if os.geteuid() == 0 else ""  # as root, workers would be nobody, shut out of the folder
