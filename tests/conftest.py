@@ -216,6 +216,19 @@ def out_of_memory(path: Path) -> None:
         os.close(descriptor)
 
 
+def dropped_until_a_read_waits(path: Path, read_waited: Callable[[], bool], tries: int = 20) -> None:
+    """Drop a file's pages from the system's memory and read it with ``read_waited`` until that read had to wait for
+    the disk; skip the test when none did.
+
+    A read that must not wait starts the disk's read ahead, and a virtual disk backed by its host's memory can finish
+    it within that very read, which then succeeds at once: on such a machine a read that waits cannot be made."""
+    for _ in range(tries):
+        out_of_memory(path)
+        if read_waited():
+            return
+    pytest.skip(f"this disk finished each of {tries} reads within the read that must not wait")
+
+
 def _pages_in_memory(descriptor: int) -> int:
     """How many of a file's pages the system holds in memory (mincore(2) on a mapping, which reads nothing)."""
     size = os.fstat(descriptor).st_size
