@@ -11,6 +11,7 @@ so no half-written page can remain.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import os
 import resource
@@ -43,6 +44,16 @@ GRACEFUL_SHUTDOWN_S = 30
 ORIGIN_PROBE_S = 2.0
 # Connections the kernel queues before the server accepts them (nginx's default is 511).
 BACKLOG = 2048
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+# Free memory at the top of the heap a worker keeps rather than give back at once: a fill's gzip takes and frees
+# 256 KB of zlib state, which glibc returned to the system each time and faulted in again (a 6 KB page took
+# 92 us to compress here, 31 us with the memory kept).
+HEAP_KEPT_BYTES = 8 * 1024 * 1024
+# Allocations under this come from the heap rather than a mapping of their own (and its page faults): a large
+# page's bytes, each time it is read or filled.
+HEAP_ALLOCATION_MAX = 4 * 1024 * 1024
 
 
 def check_site_settings(site: Settings) -> None:
@@ -169,6 +180,18 @@ def _raise_open_files_limit() -> None:
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
+
+
+def keep_freed_heap() -> None:
+    """Have glibc keep freed memory for the next request (``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_MMAP_THRESHOLD_``,
+    set from within): a worker's own process, so its allocator is the gate's to tune. Nothing elsewhere (musl, macOS).
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_TRIM_THRESHOLD, HEAP_KEPT_BYTES)
+    mallopt(_M_MMAP_THRESHOLD, HEAP_ALLOCATION_MAX)
 
 
 def _warn_if_origin_is_silent(origin: str) -> None:

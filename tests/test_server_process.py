@@ -1,0 +1,38 @@
+"""A `serve` worker's own process: what it tunes of the system for itself (crawlergate/adapters/server.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+
+import pytest
+
+# In a process of its own, so the test run's allocator stays as it was: the heap's end (sbrk(0)) before a
+# 3 MB allocation, with it, and once it is freed.
+HEAP_END = """
+import ctypes, sys
+from crawlergate.adapters.server import keep_freed_heap
+if sys.argv[1] == "tuned":
+    keep_freed_heap()
+libc = ctypes.CDLL(None)
+libc.sbrk.restype, libc.sbrk.argtypes = ctypes.c_void_p, [ctypes.c_ssize_t]
+before = libc.sbrk(0)
+block = bytearray(3 * 1024 * 1024)
+during = libc.sbrk(0)
+del block
+after = libc.sbrk(0)
+print(during - before >= 2 * 1024 * 1024, after == during)  # the heap may have had some of it free
+"""
+
+
+def _heap_end(mode: str) -> str:
+    return subprocess.run([sys.executable, "-c", HEAP_END, mode], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallopt") or not sys.platform.startswith("linux"), reason="glibc")
+def test_a_worker_keeps_the_memory_it_frees_for_the_next_request() -> None:
+    # glibc's defaults: a 3 MB block is a mapping of its own, given back (and faulted in again) every time.
+    assert _heap_end("default").split() == ["False", "True"]
+    # Tuned: it comes from the heap, and the heap keeps it once freed.
+    assert _heap_end("tuned").split() == ["True", "True"]
