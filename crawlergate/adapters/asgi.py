@@ -75,6 +75,9 @@ class CrawlerGateMiddleware(GateAdapter):
         """Start the gate and its off-peak job (at the server's start-up; raises ConfigError when unusable)."""
         self._scheduling = True
         self.runtime.start_schedule(start_async_scheduler)
+        # anyio imports its asyncio backend at the first thread hop (30 ms here): at start-up, not in the event
+        # loop while the first crawler's page is filled.
+        anyio.to_thread.current_default_thread_limiter()
 
     async def aclose(self) -> None:
         """Finish background work, then stop and close everything the gate opened."""
