@@ -77,6 +77,19 @@ def test_nginx_config_learns_known_agents_from_a_log_and_refuses_one_without_use
     refused = subprocess.run([*command, "--out", str(tmp_path / "x"), "--agents-from", str(bare)], capture_output=True)
     assert refused.returncode != 0 and b"records no user agents" in refused.stderr
     assert b"Traceback" not in refused.stderr and not (tmp_path / "x").exists()
+    # A layout the tools do not detect: refused with the hint to give --format, which reads it.
+    odd = tmp_path / "odd.log"
+    odd.write_text(f'192.0.2.1 [27/Nov/2026:10:00:00 +0000] "GET / HTTP/1.1" 200 "{GOOGLEBOT_UA}" 0.004\n')
+    undetected = subprocess.run(
+        [*command, "--out", str(tmp_path / "y"), "--agents-from", str(odd)], capture_output=True
+    )
+    assert (
+        undetected.returncode != 0 and b"give --format" in undetected.stderr and b"Traceback" not in undetected.stderr
+    )
+    layout = '$remote_addr [$time_local] "$request" $status "$http_user_agent" $request_time'
+    given = subprocess.run([*command, "--out", str(tmp_path / "y"), "--agents-from", str(odd), "--format", layout],
+                           capture_output=True)  # fmt: skip
+    assert given.returncode == 0 and b"found by a hash lookup: 1" in given.stderr, given.stderr
 
 
 def _with_policy(tmp_path: Path, policy: str) -> Settings:

@@ -63,6 +63,12 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         f"crawlers' user agents it holds most, up to {MAX_KNOWN_AGENTS:,}, are found by a hash lookup instead of the "
         "patterns, which cost nginx about half its direct hits (default: none; the patterns alone)",
     )
+    config.add_argument(
+        "--format",
+        default="auto",
+        help="the format of the --agents-from logs: auto (detected: nginx/Apache text, JSON lines, W3C), a preset, "
+        "json:FIELD=NAME,..., or an Apache LogFormat / nginx log_format string (see classify --help)",
+    )
     config.set_defaults(handler=_run_nginx_config)
 
 
@@ -74,7 +80,7 @@ def _run_nginx_config(args: argparse.Namespace) -> int:
     )
     gate = args.gate or _gate_address(settings.server.host, settings.server.port)
     direct_log = args.direct_log or settings.front.direct_log or DEFAULT_DIRECT_LOG
-    seen = _user_agents(args.agents_from) if args.agents_from else None
+    seen = _user_agents(args.agents_from, args.format) if args.agents_from else None
     include = nginx_include(settings, gate=gate, direct_log=Path(direct_log), classifier=classifier, seen=seen)
     if seen is not None:
         print(f"crawler user agents found by a hash lookup: {len(include.known_agents):,}", file=sys.stderr)
@@ -97,11 +103,11 @@ def _run_nginx_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _user_agents(logs: list[Path]) -> Counter[str]:
-    """How often each user agent asked for something in ``logs``."""
+def _user_agents(logs: list[Path], given_format: str) -> Counter[str]:
+    """How often each user agent asked for something in ``logs`` (read as ``given_format``: ``--format``)."""
     counts: Counter[str] = Counter()
     for log in logs:
-        log_format = open_agents_log(log).format
+        log_format = open_agents_log(log, given_format).format
         with Progress(f"reading {log.name}", total=1, unit="B") as progress:
             reader = LogReader(log, log_format, on_progress=progress_bytes(progress))
             counts.update(record.user_agent for record in reader)
