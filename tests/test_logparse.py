@@ -11,6 +11,7 @@ import pytest
 from crawlergate.errors import ConfigError
 from crawlergate.tools.logparse import LogFormat, LogReader, LogRecord, iter_records
 from tests.conftest import DATA
+from tests.visitors import GOOGLEBOT_UA
 
 LOGS = DATA / "logs"
 
@@ -133,6 +134,19 @@ def test_logparse_missing_user_agent_dash_is_empty() -> None:
 def test_logparse_format_without_request_is_refused() -> None:
     with pytest.raises(ConfigError, match="no request field"):
         LogFormat("%h %t")
+
+
+def test_logparse_a_misspelt_preset_is_named_as_such() -> None:
+    with pytest.raises(ConfigError, match="neither a preset .*nginx-timed.* nor an Apache LogFormat"):
+        LogFormat("nginx_timed")
+
+
+def test_logparse_a_logformat_copied_from_httpd_conf_keeps_its_escaped_quotes_working() -> None:
+    """httpd.conf writes the quotes of a LogFormat as \\" inside its own quotes, and Apache reads them as "."""
+    copied = LogFormat(r"%h %l %u %t \"%r\" %>s %b \"%{Referer}i\" \"%{User-agent}i\" %D")
+    line = f'192.0.2.7 - - [27/Nov/2026:10:00:00 +0000] "GET /t/1 HTTP/1.1" 200 5 "-" "{GOOGLEBOT_UA}" 412'
+    record = copied.parse(line)
+    assert record is not None and record.path == "/t/1" and record.user_agent == GOOGLEBOT_UA
 
 
 def test_logparse_unreadable_file_is_a_config_error(tmp_path: Path) -> None:

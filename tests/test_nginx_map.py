@@ -90,6 +90,13 @@ def test_nginx_config_learns_known_agents_from_a_log_and_refuses_one_without_use
     given = subprocess.run([*command, "--out", str(tmp_path / "y"), "--agents-from", str(odd), "--format", layout],
                            capture_output=True)  # fmt: skip
     assert given.returncode == 0 and b"found by a hash lookup: 1" in given.stderr, given.stderr
+    # --format alone reads nothing; and what stops the command is said before any log is read.
+    alone = subprocess.run([*command, "--out", str(tmp_path / "z"), "--format", layout], capture_output=True)
+    assert alone.returncode != 0 and b"give one, or leave --format out" in alone.stderr
+    siteless = [sys.executable, "-m", "crawlergate", "nginx-config", "--out", str(tmp_path / "z")]
+    early = subprocess.run([*siteless, "--agents-from", str(log)], capture_output=True)
+    assert early.returncode != 0 and b"needs the site" in early.stderr and b"read as" not in early.stderr
+    assert not (tmp_path / "z").exists()
 
 
 def _with_policy(tmp_path: Path, policy: str) -> Settings:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
 import sys
 
@@ -26,8 +27,12 @@ print(during - before >= 2 * 1024 * 1024, after == during)  # the heap may have 
 """
 
 
-def _heap_end(mode: str) -> str:
-    return subprocess.run([sys.executable, "-c", HEAP_END, mode], capture_output=True, text=True, check=True).stdout
+def _heap_end(mode: str, **operator: str) -> str:
+    """The script's answer in a process whose environment holds no allocator settings but ``operator``'s."""
+    environment = {name: value for name, value in os.environ.items() if not name.startswith(("MALLOC_", "GLIBC_"))}
+    run = subprocess.run([sys.executable, "-c", HEAP_END, mode], capture_output=True, text=True, check=True,
+                         env=environment | operator)  # fmt: skip
+    return run.stdout
 
 
 @pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallopt") or not sys.platform.startswith("linux"), reason="glibc")
@@ -36,3 +41,6 @@ def test_a_worker_keeps_the_memory_it_frees_for_the_next_request() -> None:
     assert _heap_end("default").split() == ["False", "True"]
     # Tuned: it comes from the heap, and the heap keeps it once freed.
     assert _heap_end("tuned").split() == ["True", "True"]
+    # An operator who set glibc's own variables keeps what they set (here its default threshold).
+    assert _heap_end("tuned", MALLOC_MMAP_THRESHOLD_="131072").split() == ["False", "True"]
+    assert _heap_end("tuned", GLIBC_TUNABLES="glibc.malloc.mmap_threshold=131072").split() == ["False", "True"]

@@ -21,7 +21,7 @@ import socket
 import sys
 import tempfile
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import uvicorn
@@ -54,6 +54,8 @@ HEAP_KEPT_BYTES = 8 * 1024 * 1024
 # Allocations under this come from the heap rather than a mapping of their own (and its page faults): a large
 # page's bytes, each time it is read or filled.
 HEAP_ALLOCATION_MAX = 4 * 1024 * 1024
+# glibc's own variables for its allocator: an operator who set one keeps glibc's behaviour as set.
+_OPERATOR_MALLOC = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 
 
 def check_site_settings(site: Settings) -> None:
@@ -182,10 +184,14 @@ def _raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
 
 
-def keep_freed_heap() -> None:
+def keep_freed_heap(environment: Mapping[str, str] = os.environ) -> None:
     """Have glibc keep freed memory for the next request (``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_MMAP_THRESHOLD_``,
-    set from within): a worker's own process, so its allocator is the gate's to tune. Nothing elsewhere (musl, macOS).
+    set from within): a worker's own process, so its allocator is the gate's to tune. Nothing elsewhere (musl,
+    macOS), nor where the operator tuned glibc's allocator in the environment (those variables, ``GLIBC_TUNABLES``).
     """
+    tunables = environment.get("GLIBC_TUNABLES", "")
+    if any(name in environment for name in _OPERATOR_MALLOC) or "glibc.malloc." in tunables:
+        return
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):

@@ -19,16 +19,18 @@ from crawlergate.commands.common import (
     progress_bytes,
     settings_of,
 )
+from crawlergate.errors import ConfigError
 from crawlergate.front.nginx import (
     HASH_FILE,
     HTTP_FILE,
     MAX_KNOWN_AGENTS,
     SERVER_FILE,
     nginx_include,
+    published_tree,
 )
 from crawlergate.progress import Progress
 from crawlergate.rules import load_site_profiles
-from crawlergate.tools.logparse import LogReader
+from crawlergate.tools.logparse import AUTO, LogReader
 
 DEFAULT_DIRECT_LOG = "/var/log/nginx/crawlergate-direct.log"
 
@@ -45,7 +47,9 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     add_site_flags(config)
     add_settings_flags(config, cache=True)
-    config.add_argument("--out", type=Path, default=Path("."), help="the folder to write the two files to (default .)")
+    config.add_argument(
+        "--out", type=Path, default=Path("."), help="the folder to write the three files to (default .)"
+    )
     config.add_argument(
         "--gate", help="the gate's address as nginx reaches it (default: server.host:server.port, 127.0.0.1:8080)"
     )
@@ -65,9 +69,9 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     config.add_argument(
         "--format",
-        default="auto",
-        help="the format of the --agents-from logs: auto (detected: nginx/Apache text, JSON lines, W3C), a preset, "
-        "json:FIELD=NAME,..., or an Apache LogFormat / nginx log_format string (see classify --help)",
+        default=AUTO,
+        help="the format of the --agents-from logs (each of them): auto (detected: nginx/Apache text, JSON lines, "
+        "W3C), a preset, json:FIELD=NAME,..., or an Apache LogFormat / nginx log_format string (see classify --help)",
     )
     config.set_defaults(handler=_run_nginx_config)
 
@@ -80,6 +84,9 @@ def _run_nginx_config(args: argparse.Namespace) -> int:
     )
     gate = args.gate or _gate_address(settings.server.host, settings.server.port)
     direct_log = args.direct_log or settings.front.direct_log or DEFAULT_DIRECT_LOG
+    if args.format != AUTO and not args.agents_from:
+        raise ConfigError("--format says how to read the --agents-from logs: give one, or leave --format out.")
+    published_tree(settings, Path(direct_log))  # what stops the command, said before the logs are read
     seen = _user_agents(args.agents_from, args.format) if args.agents_from else None
     include = nginx_include(settings, gate=gate, direct_log=Path(direct_log), classifier=classifier, seen=seen)
     if seen is not None:

@@ -217,17 +217,24 @@ class NginxInclude:
     known_agents: list[str]
 
 
-def nginx_include(
-    settings: Settings, *, gate: str, direct_log: Path, classifier: Classifier, seen: Counter[str] | None = None
-) -> NginxInclude:
-    """The include; ``seen``: how often each user agent asked for something in the site's logs, of which the crawlers'
-    seen most are answered by a hash lookup (``known_agents``)."""
+def published_tree(settings: Settings, direct_log: Path) -> Path:
+    """The folder nginx answers crawlers from; raises ConfigError, in one line, for settings an include cannot be
+    made of (asked before anything long, such as reading logs)."""
     if not settings.site_url:
         raise ConfigError("nginx-config needs the site: --origin or --public-url (server.origin, server.public_url).")
     tree = (settings.cache_dir / PUBLISHED_FOLDER / host_folder(settings.site_url)).resolve()
     for what, path in (("The cache folder", tree), ("The direct-hit log", direct_log)):
         if _UNQUOTABLE.search(str(path)):
             raise ConfigError(f"{what} '{path}' holds a character nginx cannot take in a path (\", $, or a newline).")
+    return tree
+
+
+def nginx_include(
+    settings: Settings, *, gate: str, direct_log: Path, classifier: Classifier, seen: Counter[str] | None = None
+) -> NginxInclude:
+    """The include; ``seen``: how often each user agent asked for something in the site's logs, of which the crawlers'
+    seen most are answered by a hash lookup (``known_agents``)."""
+    tree = published_tree(settings, direct_log)
     crawlers = crawler_map(classifier.ruleset, served_families(settings, classifier))
     agents = known_agents(crawlers, seen) if seen else []
     lines = [

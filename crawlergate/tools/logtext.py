@@ -152,6 +152,13 @@ class LogFormat:
             self.description = layout.description
         else:
             text = PRESETS["combined"] if spec == AUTO else PRESETS.get(spec, spec)
+            if "%" not in text and "$" not in text:
+                raise ConfigError(
+                    f"Log format {spec!r} is neither a preset ({', '.join(PRESETS)}, json, w3c, auto) nor an "
+                    "Apache LogFormat or nginx log_format string."
+                )
+            # A LogFormat copied from httpd.conf keeps its escaped quotes: Apache reads \" as ".
+            text = text.replace('\\"', '"')
             self.description = "nginx/Apache combined + any extra fields" if spec == AUTO else f"log format {spec!r}"
         tail = _TAIL if spec == AUTO or layout is not None else ""
         self._pattern, self._fields = _compile_format(text, tail)
