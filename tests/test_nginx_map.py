@@ -12,7 +12,7 @@ import pytest
 
 from crawlergate.classify import Classifier
 from crawlergate.config import ClassifySettings, Settings
-from crawlergate.front.nginx import crawler_map, known_agents, served_families
+from crawlergate.front.nginx import count_user_agents, crawler_map, known_agents, served_families
 from crawlergate.stores.published import PLAIN_PATH, published_name, target_of
 from tests.conftest import read_corpus
 from tests.visitors import BINGBOT_UA, FIREFOX_UA, GOOGLEBOT_UA
@@ -58,6 +58,17 @@ def test_known_agents_are_the_crawlers_seen_most_each_once_and_quotable(classifi
     })  # fmt: skip
     assert known_agents(crawlers, counts) == [GOOGLEBOT_UA, BINGBOT_UA]
     assert known_agents(crawlers, counts, limit=1) == [GOOGLEBOT_UA]
+
+
+def test_counting_a_log_of_ever_new_user_agents_keeps_the_frequent_ones_exactly_within_the_limit() -> None:
+    """A bot that sends a new user agent with every request (and people's long tail) must not take the memory of
+    nginx-config --agents-from: past the limit the rarest are dropped, never one that could be learned."""
+    frequent = [GOOGLEBOT_UA, BINGBOT_UA, FIREFOX_UA]
+    seen = [frequent[n % 3] if n % 4 == 0 else f"scraper{n}/1.0" for n in range(120_000)]  # two chunks
+    counts = count_user_agents(seen, limit=1_000)
+    assert len(counts) <= 1_000
+    assert {agent: counts[agent] for agent in frequent} == {agent: 10_000 for agent in frequent}
+    assert count_user_agents([GOOGLEBOT_UA], counts)[GOOGLEBOT_UA] == 10_001  # added to what was counted
 
 
 def test_nginx_config_learns_known_agents_from_a_log_and_refuses_one_without_user_agents(tmp_path: Path) -> None:

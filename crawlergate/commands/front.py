@@ -25,6 +25,7 @@ from crawlergate.front.nginx import (
     HTTP_FILE,
     MAX_KNOWN_AGENTS,
     SERVER_FILE,
+    count_user_agents,
     nginx_include,
     published_tree,
 )
@@ -117,7 +118,7 @@ def _user_agents(logs: list[Path], given_format: str) -> Counter[str]:
         log_format = open_agents_log(log, given_format).format
         with Progress(f"reading {log.name}", total=1, unit="B") as progress:
             reader = LogReader(log, log_format, on_progress=progress_bytes(progress))
-            counts.update(record.user_agent for record in reader)
+            count_user_agents((record.user_agent for record in reader), counts)
         after_reading(reader)
     return counts
 

@@ -25,6 +25,7 @@ person's token, and cost nginx half its direct hits.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -59,6 +60,11 @@ _CHUNK = 200
 # Known user agents in the include at most, and the longest one: nginx's hash of them needs buckets that hold
 # the longest (map_hash_bucket_size), and a handful of crawlers send most of a site's crawler requests.
 MAX_KNOWN_AGENTS = 1000
+# Distinct user agents held at most while logs are counted: past it the rarest are dropped, so a bot that sends a
+# new user agent with every request cannot take the memory; the frequent ones, the only ones learned, stay.
+MAX_COUNTED_AGENTS = 200_000
+# User agents counted between two looks at how many distinct ones are held.
+_COUNTED_AT_ONCE = 50_000
 MAX_KNOWN_AGENT_CHARS = 400
 # Words a map reads as its own parameters even quoted (`"include" 1;` includes a file named 1), lowercase as nginx
 # lowercases keys.
@@ -124,6 +130,24 @@ def crawler_map(ruleset: RuleSet, served_families: Iterable[str]) -> CrawlerMap:
             named.append(f"^{guard}.*?{found}" if guard else found)
             outside.append(f"^{guard}(?:(?>{fields}|.))*?{found}")
     return CrawlerMap(tuple(named), tuple(refused), fields, tuple(outside) if fields else ())
+
+
+def count_user_agents(
+    user_agents: Iterable[str], counts: Counter[str] | None = None, limit: int = MAX_COUNTED_AGENTS
+) -> Counter[str]:
+    """How often each of ``user_agents`` was seen, added to ``counts``, which holds at most ``limit`` distinct ones
+    once done: past it, those seen least are dropped (lossy counting; one seen again counts anew), never a frequent
+    one."""
+    counts = Counter() if counts is None else counts
+    floor = 0
+    source = iter(user_agents)
+    while chunk := list(itertools.islice(source, _COUNTED_AT_ONCE)):
+        counts.update(chunk)
+        while len(counts) > limit:
+            floor += 1
+            for rare in [user_agent for user_agent, seen in counts.items() if seen <= floor]:
+                del counts[rare]
+    return counts
 
 
 def known_agents(crawlers: CrawlerMap, counts: Counter[str], limit: int = MAX_KNOWN_AGENTS) -> list[str]:
