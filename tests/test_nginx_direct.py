@@ -68,7 +68,13 @@ class Front:
 
 
 def _start_nginx(
-    binary: str, folder: Path, port: int, gate_port: int, cache_dir: Path, direct_log: Path, agents_log: Path | None
+    binary: str,
+    folder: Path,
+    port: int,
+    gate_port: int,
+    cache_dir: Path,
+    direct_log: Path,
+    agents_log: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     include = folder / "include"
     subprocess.run(
@@ -304,7 +310,7 @@ def test_a_mark_written_before_a_crash_unpublishes_at_the_next_start(
     port = free_port()
     with serve_process(origin.url, gate_dir, config) as gate:
         nginx = _start_nginx(
-            nginx_binary, nginx_dir, port, int(gate.rsplit(":", 1)[1]), gate_dir / "l2", nginx_dir / "direct.log", None
+            nginx_binary, nginx_dir, port, int(gate.rsplit(":", 1)[1]), gate_dir / "l2", nginx_dir / "direct.log"
         )
         front = Front(f"http://127.0.0.1:{port}", gate, gate_dir / "l2")
         try:

@@ -60,12 +60,12 @@ _CHUNK = 200
 # Known user agents in the include at most, and the longest one: nginx's hash of them needs buckets that hold
 # the longest (map_hash_bucket_size), and a handful of crawlers send most of a site's crawler requests.
 MAX_KNOWN_AGENTS = 1000
+MAX_KNOWN_AGENT_CHARS = 400
 # Distinct user agents held at most while logs are counted: past it the rarest are dropped, so a bot that sends a
 # new user agent with every request cannot take the memory; the frequent ones, the only ones learned, stay.
 MAX_COUNTED_AGENTS = 200_000
 # User agents counted between two looks at how many distinct ones are held.
 _COUNTED_AT_ONCE = 50_000
-MAX_KNOWN_AGENT_CHARS = 400
 # Words a map reads as its own parameters even quoted (`"include" 1;` includes a file named 1), lowercase as nginx
 # lowercases keys.
 _MAP_WORDS = frozenset({"default", "hostnames", "include", "volatile"})
