@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -32,11 +33,25 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request as StarletteRequest
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
 
+from crawlergate.adapters.httpserver import LimitedHttpToolsProtocol
+from crawlergate.adapters.proxy import create_app
+from crawlergate.config import L2Settings, RegenerateSettings, ServerSettings, Settings, ValveSettings
 from crawlergate.demo.forum import create_forum
 from tests.browser import chromium, network_responses, present_as_chrome
 from tests.conftest import ServerThread, serve_process
-from tests.visitors import CURRENT_CHROME, CURRENT_CHROME_UA, FEED_READER_UA, GOOGLEBOT_UA, LINK_PREVIEW_UAS
+from tests.visitors import (
+    CURRENT_CHROME,
+    CURRENT_CHROME_UA,
+    FEED_READER_UA,
+    GOOGLEBOT_LINES,
+    GOOGLEBOT_UA,
+    LINK_PREVIEW_UAS,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -534,6 +549,56 @@ def test_valve_sheds_crawler_misses_while_the_site_is_saturated_never_people(tmp
         site.origin.slow.clear()
         pool.shutdown(wait=True)
         site.server.stop()
+
+
+def test_valve_holds_its_limit_for_a_burst_of_misses_read_in_one_turn(tmp_path: Path) -> None:
+    """16 crawler misses that arrive while the gate's event loop is busy are all read in its next turn, each decided
+    before any fill has begun: the valve counts a fill from the moment it lets it through, so 4 go to the site."""
+    release = threading.Event()
+    asked: list[str] = []
+
+    async def held(request: StarletteRequest) -> HTMLResponse:
+        asked.append(request.url.path)
+        for _ in range(int(HOLD_LIMIT_S / 0.02)):  # bounded: the test releases it sooner
+            if release.is_set():
+                break
+            await asyncio.sleep(0.02)
+        return HTMLResponse(f"<html><body>{request.url.path}</body></html>")
+
+    site = ServerThread(Starlette(routes=[Route("/{path:path}", held)])).start()
+    settings = Settings(
+        server=ServerSettings(origin=site.url),
+        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
+        valve=ValveSettings(max_in_flight=4),
+        regenerate=RegenerateSettings(enabled=False),
+    )
+    gate = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol).start()
+    connections: list[socket.socket] = []
+    try:
+        connections += [socket.create_connection(("127.0.0.1", gate.port), timeout=5) for _ in range(16)]
+        time.sleep(0.5)  # each connection accepted and read from
+        gate.server.servers[0].get_loop().call_soon_threadsafe(time.sleep, 1.0)  # then the event loop busy for a second
+        time.sleep(0.2)
+        for number, connection in enumerate(connections):
+            connection.sendall(b"GET /t/%d HTTP/1.1\r\nHost: a\r\n%s\r\n" % (number, GOOGLEBOT_LINES))
+        statuses = []
+        deadline = time.monotonic() + 3  # a refusal comes at once; the held fills' answers not before the release
+        for connection in connections:
+            connection.settimeout(max(deadline - time.monotonic(), 0.01))
+            try:
+                statuses.append(connection.recv(65536).split(b"\r\n", 1)[0])
+            except TimeoutError:
+                statuses.append(b"(held)")  # a fill at the site, which the test holds
+        stats = httpx.get(f"{gate.url}/_crawlergate/stats").json()
+    finally:
+        release.set()
+        for connection in connections:
+            connection.close()
+        gate.stop()
+        site.stop()
+    assert len(asked) == 4, asked
+    assert statuses.count(b"HTTP/1.1 503 Service Unavailable") == 12 and statuses.count(b"(held)") == 4, statuses
+    assert stats["valve"]["refused"]["valve"] == 12, stats["valve"]
 
 
 def _wait_until(condition: Callable[[], bool], what: str, *, seconds: float = 20, every: float = 0.05) -> None:

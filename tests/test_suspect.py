@@ -274,6 +274,21 @@ def test_valve_sheds_on_requests_in_flight_and_on_slowness_then_recovers() -> No
     assert not valve.shedding(now=116.5)
 
 
+def test_valve_counts_a_fill_from_when_it_lets_it_through() -> None:
+    """Misses decided in one turn, before any of their fills began, are let through only up to the limit."""
+    valve = OverloadValve(ValveSettings(max_in_flight=4))
+    assert [valve.let_through(f"page{number}", now=0.0) for number in range(6)] == [True] * 4 + [False] * 2
+    valve.entered("page0")  # a fill begins: it counts once
+    assert not valve.let_through("page4", now=0.1)
+    valve.withdrawn("page1")  # another request's fill answers it: its place is free
+    assert valve.let_through("page4", now=0.2)
+    valve.left()  # page0's fill is over
+    assert valve.let_through("page5", now=0.3) and not valve.let_through("page6", now=0.3)
+    assert valve.shedding(now=0.3) and valve.in_flight == 0  # four let through, none begun
+    assert valve.let_through("page6", now=2.3)  # none began within two seconds: their places are given back
+    assert OverloadValve(ValveSettings(enabled=False, max_in_flight=1)).let_through("page", now=0.0)
+
+
 def test_valve_a_handful_of_slow_pages_never_trips_it() -> None:
     """An attacker's (or a report's) slow pages: the site is not slow, its other pages are not."""
     valve = OverloadValve(ValveSettings(slow_factor=4, slow_ms=100, window_seconds=10))

@@ -243,16 +243,17 @@ class GateCore:
         return NeedsFill(page)
 
     def spare_site(
-        self, decision: Decision, stale: Page | None, method: str, request: RequestHeaders
+        self, decision: Decision, key: CacheKey, stale: Page | None, method: str, request: RequestHeaders
     ) -> tuple[Response, str] | None:
-        """Before a crawler's fill: the answer to give instead when the site must be spared (a cache-only policy, the
-        overload valve, a suspect's spent fill budget), with its outcome; None: fill. A stored copy of any age is
-        served before a 503."""
+        """Before a crawler's fill of ``key``: the answer to give instead when the site must be spared (a cache-only
+        policy, the overload valve, a suspect's spent fill budget), with its outcome; None: fill (the valve counts it
+        in flight from now). A stored copy of any age is served before a 503."""
         if decision.cache_only:
             by = "cache-only"
-        elif self.valve.shedding():
+        elif not self.valve.let_through(key.digest):
             by = "valve"
         elif decision.client is not None and not self.fill_budget.take(decision.client, time.monotonic()):
+            self.valve.withdrawn(key.digest)
             by = "fill-budget"  # taken last: a token is spent only on a fill that would happen
         else:
             return None

@@ -122,6 +122,7 @@ class Filler:
         """
         pending = self._async_fills.get(key.digest)
         if pending is not None:
+            self.valve.withdrawn(key.digest)  # let through, but the fill under way answers it
             return await asyncio.shield(pending)
         future: asyncio.Future[Page | NotStored] = asyncio.get_running_loop().create_future()
         self._async_fills[key.digest] = future
@@ -156,6 +157,7 @@ class Filler:
             if flight is None:
                 flight = self._blocking_fills[key.digest] = _Flight()
         if not leader:
+            self.valve.withdrawn(key.digest)
             if not flight.done.wait(self.timeout_s):
                 return FillResult(error=OriginTimeout(f"{key.target}: still being fetched by another request"))
             return flight.outcome
@@ -176,7 +178,7 @@ class Filler:
     ) -> Page | NotStored:
         fetched_at = self.clock()
         started = time.perf_counter()
-        self.valve.entered()
+        self.valve.entered(key.digest)
         try:
             response = await fetch()
         except OriginError as exc:
@@ -198,7 +200,7 @@ class Filler:
     def _fetch_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> Page | NotStored:
         fetched_at = self.clock()
         started = time.perf_counter()
-        self.valve.entered()
+        self.valve.entered(key.digest)
         try:
             response = fetch()
         except OriginError as exc:

@@ -302,7 +302,7 @@ class CrawlerFlow:
             if _heavy(page, headers):
                 return Answer((yield _rendering(page, method, headers, header, now)), outcome, page.generation_ms)
             return Answer(page_response(page, method, headers, outcome=header, now=now), outcome, page.generation_ms)
-        spared = core.spare_site(decision, step.stale, method, headers)
+        spared = core.spare_site(decision, key, step.stale, method, headers)
         if spared is not None:
             return Answer(*spared)
         client = core.trusted.client(request.peer, request.headers)

@@ -11,8 +11,13 @@ suspects that miss both cache levels get 503 with ``Retry-After`` (what Google a
 "slow down"); people are never refused. With no answer of the site in the window, its slowness is
 over: the next miss goes through and measures it again.
 
+A crawler's fill the valve lets through counts among the requests in flight from that moment, not
+from when its fetch begins: a burst of misses read in one turn of a busy event loop is decided before
+any of their fills has started, and each would otherwise have found the site below its limit.
+
     valve = OverloadValve(settings.valve)
-    valve.entered(); ...; valve.sample(ttfb_ms=120.0, page=key.digest); valve.left()
+    if valve.let_through(key.digest): ...  # a crawler's fill; else 503
+    valve.entered(key.digest); ...; valve.sample(ttfb_ms=120.0, page=key.digest); valve.left()
     valve.shedding(now=time.monotonic())
 """
 
@@ -34,6 +39,9 @@ _MIN_PAGES = 3
 # How long the window's medians stand before they are worked out again. They take one pass over up to
 # _SAMPLES answers; done on every miss, that pass was a third of a miss's time under a crawl of new pages.
 _RECENT_EVERY_S = 0.25
+# How long a fill let through holds its place before it begins: one that never does (its client left, another
+# request's fill answered it) gives the place back after this.
+_LET_THROUGH_S = 2.0
 
 
 class OverloadValve:
@@ -57,10 +65,32 @@ class OverloadValve:
         self._shedding = False
         self._recent: tuple[float, float, int] | None = None
         self._recent_at: float | None = None
+        # page -> when a crawler's fill of it was let through, until the fill begins (``entered``).
+        self._let_through: dict[str, float] = {}
 
-    def entered(self) -> None:
+    def let_through(self, page: str, now: float | None = None) -> bool:
+        """Whether a crawler's fill of ``page`` may go to the site (not while shedding); one let through counts as in
+        flight until it begins (``entered``), or is ``withdrawn``."""
+        if not self.enabled:
+            return True
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            if self._saturated(now):
+                return False
+            self._let_through[page] = now
+            return True
+
+    def withdrawn(self, page: str) -> None:
+        """A fill let through will not begin: another request's fill of ``page`` answers it, or nothing may fill."""
+        with self._lock:
+            self._let_through.pop(page, None)
+
+    def entered(self, page: str = "") -> None:
+        """A request to the site begins (a fill of ``page``: the place it was let through for is now in flight)."""
         with self._lock:
             self.in_flight += 1
+            if page:
+                self._let_through.pop(page, None)
 
     def left(self) -> None:
         """A request to the site ended (its time to first byte, if it had one, came through ``sample``)."""
@@ -122,12 +152,23 @@ class OverloadValve:
             return False
         now = time.monotonic() if now is None else now
         with self._lock:
-            saturated = self.in_flight >= self.max_in_flight
-            if not saturated:
-                recent = self.recent(now)
-                saturated = recent is not None and recent[1] > self.slow_factor and recent[0] > self.slow_ms
-            self._shedding = saturated
-            return saturated
+            return self._saturated(now)
+
+    def _saturated(self, now: float) -> bool:
+        """(Under the lock.)"""
+        saturated = self.in_flight + self._waiting(now) >= self.max_in_flight
+        if not saturated:
+            recent = self.recent(now)
+            saturated = recent is not None and recent[1] > self.slow_factor and recent[0] > self.slow_ms
+        self._shedding = saturated
+        return saturated
+
+    def _waiting(self, now: float) -> int:
+        """Fills let through that have not begun (fewer than ``max_in_flight``: none is let through beyond it)."""
+        waiting = self._let_through
+        for page in [page for page, at in waiting.items() if not 0 <= now - at < _LET_THROUGH_S]:
+            del waiting[page]
+        return len(waiting)
 
     def status(self) -> dict[str, object]:
         """The valve as it stands now (the window as worked out at most _RECENT_EVERY_S ago)."""
