@@ -566,13 +566,7 @@ def test_valve_holds_its_limit_for_a_burst_of_misses_read_in_one_turn(tmp_path: 
         return HTMLResponse(f"<html><body>{request.url.path}</body></html>")
 
     site = ServerThread(Starlette(routes=[Route("/{path:path}", held)])).start()
-    settings = Settings(
-        server=ServerSettings(origin=site.url),
-        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
-        valve=ValveSettings(max_in_flight=4),
-        regenerate=RegenerateSettings(enabled=False),
-    )
-    gate = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol).start()
+    gate = _gate_with_valve_of_4(site.url, tmp_path)
     connections: list[socket.socket] = []
     try:
         connections += [socket.create_connection(("127.0.0.1", gate.port), timeout=5) for _ in range(16)]
@@ -599,6 +593,46 @@ def test_valve_holds_its_limit_for_a_burst_of_misses_read_in_one_turn(tmp_path: 
     assert len(asked) == 4, asked
     assert statuses.count(b"HTTP/1.1 503 Service Unavailable") == 12 and statuses.count(b"(held)") == 4, statuses
     assert stats["valve"]["refused"]["valve"] == 12, stats["valve"]
+
+
+def test_valve_gives_back_the_place_of_a_miss_the_server_refuses(tmp_path: Path) -> None:
+    """Past the server's connection limit, uvicorn answers a crawler's miss 503 itself, after the gate decided it:
+    the place the valve let it through for is given back, and the idle site takes the next misses at once."""
+
+    async def page(request: StarletteRequest) -> HTMLResponse:
+        return HTMLResponse(f"<html><body>{request.url.path}</body></html>")
+
+    site = ServerThread(Starlette(routes=[Route("/{path:path}", page)])).start()
+    gate = _gate_with_valve_of_4(site.url, tmp_path, limit_concurrency=6)
+    idle = [socket.create_connection(("127.0.0.1", gate.port), timeout=5) for _ in range(5)]
+    try:
+        refused = []
+        for number in range(4):
+            with socket.create_connection(("127.0.0.1", gate.port), timeout=5) as connection:
+                connection.sendall(b"GET /refused%d HTTP/1.1\r\nHost: a\r\n%s\r\n" % (number, GOOGLEBOT_LINES))
+                refused.append(connection.recv(65536).split(b"\r\n", 1)[0])
+        for connection in idle:
+            connection.close()
+        time.sleep(0.2)  # the server has seen them close
+        answers = [httpx.get(f"{gate.url}/t/{number}", headers={"user-agent": GOOGLEBOT_UA}) for number in range(4)]
+    finally:
+        for connection in idle:
+            connection.close()
+        gate.stop()
+        site.stop()
+    assert refused == [b"HTTP/1.1 503 Service Unavailable"] * 4
+    assert [(answer.status_code, answer.headers["x-crawlergate"]) for answer in answers] == [(200, "miss")] * 4
+
+
+def _gate_with_valve_of_4(origin: str, tmp_path: Path, **server: Any) -> ServerThread:
+    """The gate as `serve` runs it (its own protocol), in front of ``origin``, saturated at 4 requests to it."""
+    settings = Settings(
+        server=ServerSettings(origin=origin),
+        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
+        valve=ValveSettings(max_in_flight=4),
+        regenerate=RegenerateSettings(enabled=False),
+    )
+    return ServerThread(create_app(settings), http=LimitedHttpToolsProtocol, **server).start()
 
 
 def _wait_until(condition: Callable[[], bool], what: str, *, seconds: float = 20, every: float = 0.05) -> None:

@@ -289,6 +289,20 @@ def test_valve_counts_a_fill_from_when_it_lets_it_through() -> None:
     assert OverloadValve(ValveSettings(enabled=False, max_in_flight=1)).let_through("page", now=0.0)
 
 
+def test_valve_requests_for_one_page_share_its_place_and_each_gives_back_its_own_share() -> None:
+    valve = OverloadValve(ValveSettings(max_in_flight=2))
+    # Three requests for one page (one fill between them) take one place: a second page fits.
+    assert all(valve.let_through("page", now=0.0) for _ in range(3)) and valve.let_through("other", now=0.0)
+    assert not valve.let_through("third", now=0.0)
+    valve.withdrawn("page")  # one of them: its fill budget was spent, or it follows the fill under way
+    assert not valve.let_through("third", now=0.0)  # the two others still hold the page's place
+    valve.entered("page")  # the page's fill begins: in flight, and the last request follows it
+    valve.withdrawn("page")
+    assert valve.in_flight_now(now=0.0) == 2 and not valve.let_through("third", now=0.0)
+    valve.left()
+    assert valve.let_through("third", now=0.1)
+
+
 def test_valve_a_handful_of_slow_pages_never_trips_it() -> None:
     """An attacker's (or a report's) slow pages: the site is not slow, its other pages are not."""
     valve = OverloadValve(ValveSettings(slow_factor=4, slow_ms=100, window_seconds=10))

@@ -135,7 +135,10 @@ class CrawlerGateMiddleware(GateAdapter):
         answered = self.flow.answer_at_once(request, self, started)
         if isinstance(answered, Prepared):
             scope[PREPARED] = answered
-            return self.flow.answer_later(answered, self, scope) if may_wait and answered.progress else None
+            if may_wait and answered.progress:
+                return self.flow.answer_later(answered, self, scope)
+            self.flow.handed_on(answered)
+            return None
         return answered
 
     async def lookup_l2(self, key: CacheKey) -> CacheHit | None:

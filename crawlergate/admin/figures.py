@@ -69,7 +69,7 @@ class GateFigures:
             "crawlergate_dirty_pages": self.dirty_count(),
             # This process's: the valve is per process, as its count of requests in flight is.
             "crawlergate_valve_shedding": float(core.valve.shedding()),
-            "crawlergate_origin_in_flight": core.valve.in_flight,
+            "crawlergate_origin_in_flight": core.valve.in_flight_now(),
         }
         counters: dict[str, tuple[str, int]] = {}
         if self.regeneration is not None:

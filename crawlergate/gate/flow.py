@@ -247,6 +247,14 @@ class CrawlerFlow:
         return answer.response, functools.partial(self.finish, prepared.request, prepared.decision, answer,
                                                   prepared.started)  # fmt: skip
 
+    def handed_on(self, prepared: Prepared) -> None:
+        """``prepared`` goes the adapter's own way, which the server may never run (uvicorn answers 503 itself past
+        its connection limit): a fill the valve let through gives its place back (counted when it begins, if it
+        does)."""
+        waiting = prepared.progress
+        if isinstance(waiting, Waiting) and isinstance(waiting.step, Fill):
+            self.core.valve.withdrawn(waiting.step.key.digest)
+
     def answer(self, request: Request, decision: Decision) -> Steps | None:
         """The steps to the answer the gate gives itself; None: the site answers (every request routed to PASS)."""
         route = decision.route

@@ -65,8 +65,10 @@ class OverloadValve:
         self._shedding = False
         self._recent: tuple[float, float, int] | None = None
         self._recent_at: float | None = None
-        # page -> when a crawler's fill of it was let through, until the fill begins (``entered``).
-        self._let_through: dict[str, float] = {}
+        # page -> [requests let through for it whose fill has not begun, when the last was let through]. A page
+        # takes one place however many requests ask for it (they share one fill); each request gives its own share
+        # back, once (``entered``, ``withdrawn``).
+        self._let_through: dict[str, list[float]] = {}
 
     def let_through(self, page: str, now: float | None = None) -> bool:
         """Whether a crawler's fill of ``page`` may go to the site (not while shedding); one let through counts as in
@@ -77,20 +79,33 @@ class OverloadValve:
         with self._lock:
             if self._saturated(now):
                 return False
-            self._let_through[page] = now
+            waiting = self._let_through.get(page)
+            if waiting is None:
+                self._let_through[page] = [1, now]
+            else:
+                waiting[0] += 1
+                waiting[1] = now
             return True
 
     def withdrawn(self, page: str) -> None:
-        """A fill let through will not begin: another request's fill of ``page`` answers it, or nothing may fill."""
+        """A request let through will not fill: another request's fill of ``page`` answers it, or nothing may fill."""
         with self._lock:
-            self._let_through.pop(page, None)
+            self._given_back(page)
 
     def entered(self, page: str = "") -> None:
         """A request to the site begins (a fill of ``page``: the place it was let through for is now in flight)."""
         with self._lock:
             self.in_flight += 1
             if page:
-                self._let_through.pop(page, None)
+                self._given_back(page)
+
+    def _given_back(self, page: str) -> None:
+        """(Under the lock.) One request's share of ``page``'s place."""
+        waiting = self._let_through.get(page)
+        if waiting is not None:
+            waiting[0] -= 1
+            if waiting[0] <= 0:
+                del self._let_through[page]
 
     def left(self) -> None:
         """A request to the site ended (its time to first byte, if it had one, came through ``sample``)."""
@@ -156,17 +171,26 @@ class OverloadValve:
 
     def _saturated(self, now: float) -> bool:
         """(Under the lock.)"""
-        saturated = self.in_flight + self._waiting(now) >= self.max_in_flight
+        saturated = self._in_flight_at(now) >= self.max_in_flight
         if not saturated:
             recent = self.recent(now)
             saturated = recent is not None and recent[1] > self.slow_factor and recent[0] > self.slow_ms
         self._shedding = saturated
         return saturated
 
+    def in_flight_now(self, now: float | None = None) -> int:
+        """Requests to the site in flight, with the pages let through whose fill has not begun yet."""
+        with self._lock:
+            return self._in_flight_at(time.monotonic() if now is None else now)
+
+    def _in_flight_at(self, now: float) -> int:
+        """(Under the lock.)"""
+        return self.in_flight + self._waiting(now)
+
     def _waiting(self, now: float) -> int:
-        """Fills let through that have not begun (fewer than ``max_in_flight``: none is let through beyond it)."""
+        """Pages let through whose fill has not begun (fewer than ``max_in_flight``: none is let through beyond it)."""
         waiting = self._let_through
-        for page in [page for page, at in waiting.items() if not 0 <= now - at < _LET_THROUGH_S]:
+        for page in [page for page, (_, at) in waiting.items() if not 0 <= now - at < _LET_THROUGH_S]:
             del waiting[page]
         return len(waiting)
 
@@ -176,10 +200,11 @@ class OverloadValve:
         shedding = self.shedding(now)
         with self._lock:
             recent = self.recent(now)
+            in_flight = self._in_flight_at(now)
         return {
             "enabled": self.enabled,
             "shedding": shedding,
-            "in_flight": self.in_flight,
+            "in_flight": in_flight,
             "max_in_flight": self.max_in_flight,
             "recent_ttfb_ms": round(recent[0], 1) if recent is not None else None,
             "recent_slowdown": round(recent[1], 2) if recent is not None else None,
