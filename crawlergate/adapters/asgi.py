@@ -135,10 +135,7 @@ class CrawlerGateMiddleware(GateAdapter):
         answered = self.flow.answer_at_once(request, self, started)
         if isinstance(answered, Prepared):
             scope[PREPARED] = answered
-            if may_wait and answered.progress:
-                return self.flow.answer_later(answered, self, scope)
-            self.flow.handed_on(answered)
-            return None
+            return self.flow.answer_later(answered, self, scope, may_wait=may_wait)
         return answered
 
     async def lookup_l2(self, key: CacheKey) -> CacheHit | None:

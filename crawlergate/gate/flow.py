@@ -37,6 +37,7 @@ from crawlergate.gate.answer import (
     INLINE_PAGE_BYTES,
     SEND_PIECE_BYTES,
     Answered,
+    Later,
     Response,
     accepts_gzip,
     page_response,
@@ -235,9 +236,17 @@ class CrawlerFlow:
             return answer.response
         return prepared
 
-    async def answer_later(self, prepared: Prepared, runner: StepRunner, context: Any) -> Answered | None:
-        """The answer to a request ``answer_at_once`` prepared (its steps run on), and the call that counts it once
-        sent; None: the site answers (the prepared request now says so, for the adapter's way)."""
+    def answer_later(self, prepared: Prepared, runner: StepRunner, context: Any, *, may_wait: bool) -> Later | None:
+        """The coroutine that gives the answer to a request ``answer_at_once`` prepared (its steps run on), and the
+        call that counts it once sent; None when the site answers at once (passed, or a request to the admin), or
+        the request may not wait here (it goes the adapter's way, ``_handed_on``)."""
+        if not may_wait:
+            self._handed_on(prepared)
+            return None
+        return self._answer_later(prepared, runner, context) if prepared.progress else None
+
+    async def _answer_later(self, prepared: Prepared, runner: StepRunner, context: Any) -> Answered | None:
+        """None: the site answers after all (the prepared request now says so, for the adapter's way)."""
         answer = prepared.progress
         if isinstance(answer, Waiting):
             answer = await run(answer, runner, context)
@@ -247,7 +256,7 @@ class CrawlerFlow:
         return answer.response, functools.partial(self.finish, prepared.request, prepared.decision, answer,
                                                   prepared.started)  # fmt: skip
 
-    def handed_on(self, prepared: Prepared) -> None:
+    def _handed_on(self, prepared: Prepared) -> None:
         """``prepared`` goes the adapter's own way, which the server may never run (uvicorn answers 503 itself past
         its connection limit): a fill the valve let through gives its place back (counted when it begins, if it
         does)."""
