@@ -19,7 +19,7 @@ from crawlergate.adapters.inapp import AsgiOrigin
 from crawlergate.adapters.proxy import ReverseProxy
 from crawlergate.config import Settings
 from crawlergate.errors import ConfigError, OriginError
-from crawlergate.gate.origin import OriginResponse, PageTooLarge, PublicSite
+from crawlergate.gate.origin import OriginResponse, PageTooLarge, PassedOn, PublicSite
 from crawlergate.gate.storable import StoragePolicy
 from crawlergate.keys import KeyMaker
 
@@ -149,6 +149,9 @@ async def check_page(settings: Settings, url: str) -> CheckReport:
         response = await fetcher.fetch_guest(target)
     except PageTooLarge as exc:
         report.reasons.append(("too-big", f"{exc} (l2.page_max_bytes)"))
+        return report
+    except PassedOn as exc:
+        report.reasons.append((exc.reason, str(exc)))
         return report
     except OriginError as exc:
         report.reasons.append(("origin-error", str(exc)))

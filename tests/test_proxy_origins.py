@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import http.server
 import socket
 import threading
@@ -17,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -26,7 +28,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from crawlergate.adapters.proxy import create_app
-from crawlergate.config import L2Settings, ServerSettings, Settings
+from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
 from tests.conftest import RawHttpServer, ServerThread, proxy_thread, serve_process
 from tests.visitors import FIREFOX, FIREFOX_LINES, GOOGLEBOT, GOOGLEBOT_SMARTPHONE
 
@@ -597,3 +599,134 @@ def test_proxy_a_304_or_204_with_a_content_length_keeps_the_connection(tmp_path:
     assert [answer.status_code for answer in answers] == [304, 204, 200]
     assert answers[0].headers["etag"] == '"7"' and "content-length" not in answers[0].headers
     assert answers[2].text == "ok"
+
+
+PAGE = b"<html><body><p>the page</p></body></html>"
+
+
+def deceiving(method: bytes, path: bytes) -> tuple[bytes, bool | str]:
+    """Answers that look like a page and are not what they say: each must never be stored as it looks."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+
+    def sized(extra: bytes, body: bytes, status: bytes = b"200 OK") -> bytes:
+        top = b"HTTP/1.1 " + status + b"\r\n"
+        return top + extra + b"Content-Length: %d\r\n\r\n" % len(body) + (body if method != b"HEAD" else b"")
+
+    if path == b"/te-gzip":  # a transfer coding besides chunked: the body is gzip, not the page
+        packed = gzip.compress(PAGE)
+        return head + b"Transfer-Encoding: gzip, chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(packed), packed), False
+    if path == b"/ce-split":  # one list of codings over two lines (RFC 9110 5.3)
+        extra = b"Content-Type: text/html\r\nContent-Encoding: identity\r\nContent-Encoding: gzip\r\n"
+        return sized(extra, gzip.compress(PAGE)), False
+    if path == b"/br":  # a coding the fill did not ask for: browsers read it, the gate cannot
+        return sized(b"Content-Type: text/html\r\nContent-Encoding: br\r\n", b"\x1b\x2a\x00\xf8not-really"), False
+    if path == b"/gzip-junk":  # gzip, then bytes that are no gzip member
+        return sized(b"Content-Type: text/html\r\nContent-Encoding: gzip\r\n", gzip.compress(PAGE) + b"junk"), False
+    if path in (b"/self-relative", b"/dir/self-dotted"):  # a relative redirect to the very URL
+        location = b"self-relative" if path == b"/self-relative" else b"../dir/self-dotted"
+        return sized(b"Location: " + location + b"\r\n", b"", b"301 Moved Permanently"), False
+    if path == b"/untyped":
+        return sized(b"", PAGE), False
+    if path == b"/claims":  # the site's own X-Crawlergate says nothing of what the gate did
+        return sized(b"Content-Type: text/html\r\nX-Crawlergate: l1-hit\r\n", PAGE), False
+    if path == b"/huge-head":  # a header of a megabyte: no answer, and never fed whole to the parser
+        return sized(b"Content-Type: text/html\r\nLink: <" + b"a" * (1024 * 1024) + b">\r\n", PAGE), False
+    return sized(b"Content-Type: text/html\r\n", PAGE), False
+
+
+@pytest.fixture
+def deceiving_origin() -> Iterator[RawHttpServer]:
+    origin = RawHttpServer(deceiving).start()
+    yield origin
+    origin.stop()
+
+
+def _crawled_twice(origin: RawHttpServer, tmp_path: Path, path: str) -> tuple[list[httpx.Response], dict[str, Any]]:
+    proxy = proxy_thread(origin.url, tmp_path)
+    try:
+        with httpx.Client(base_url=proxy.url, follow_redirects=False, timeout=30) as client:
+            answers = [client.get(path, headers={**GOOGLEBOT, "accept-encoding": "gzip"}) for _ in range(2)]
+            stats = client.get("/_crawlergate/stats").json()
+    finally:
+        proxy.stop()
+    return answers, stats
+
+
+@pytest.mark.parametrize("path", ["/te-gzip", "/huge-head"])
+def test_proxy_answers_a_cache_cannot_frame_are_refused_never_stored(
+    deceiving_origin: RawHttpServer, tmp_path: Path, path: str
+) -> None:
+    answers, stats = _crawled_twice(deceiving_origin, tmp_path, path)
+    assert [(answer.status_code, answer.headers["x-crawlergate"]) for answer in answers] == [(502, "miss")] * 2
+    assert stats["not_stored"] == {"origin-error": 2} and not list((tmp_path / "l2").rglob("*.page"))
+
+
+@pytest.mark.parametrize("path", ["/br", "/gzip-junk"])
+def test_proxy_pages_in_a_coding_the_gate_cannot_read_are_passed_on_as_sent(
+    deceiving_origin: RawHttpServer, tmp_path: Path, path: str
+) -> None:
+    answers, stats = _crawled_twice(deceiving_origin, tmp_path, path)
+    sent = deceiving(b"GET", path.encode())[0].partition(b"\r\n\r\n")[2]
+    assert all(answer.status_code == 200 and answer.headers["x-crawlergate"] == "pass" for answer in answers)
+    # The body as the site sent it, coding and all.
+    assert [answer.headers["content-encoding"] for answer in answers] == [path.strip("/").split("-")[0]] * 2
+    assert [answer.headers["content-length"] for answer in answers] == [str(len(sent))] * 2
+    assert stats["not_stored"] == {"encoding": 2} and stats["origin_errors"] == 0
+
+
+def test_proxy_codings_over_two_header_lines_are_read_as_one_list(
+    deceiving_origin: RawHttpServer, tmp_path: Path
+) -> None:
+    answers, _ = _crawled_twice(deceiving_origin, tmp_path, "/ce-split")
+    assert [answer.headers["x-crawlergate"] for answer in answers] == ["miss", "l1-hit"]
+    assert all(answer.content == PAGE for answer in answers)  # httpx undoes the gate's one gzip
+
+
+@pytest.mark.parametrize("path", ["/self-relative", "/dir/self-dotted"])
+def test_proxy_a_relative_redirect_to_itself_is_never_stored(
+    deceiving_origin: RawHttpServer, tmp_path: Path, path: str
+) -> None:
+    answers, stats = _crawled_twice(deceiving_origin, tmp_path, path)
+    assert [(answer.status_code, answer.headers["x-crawlergate"]) for answer in answers] == [(301, "pass")] * 2
+    assert stats["not_stored"] == {"redirect-to-self": 2}
+
+
+def test_proxy_a_page_without_a_type_is_served_without_one_and_the_sites_claims_are_dropped(
+    deceiving_origin: RawHttpServer, tmp_path: Path
+) -> None:
+    untyped, _ = _crawled_twice(deceiving_origin, tmp_path / "untyped", "/untyped")
+    claimed, _ = _crawled_twice(deceiving_origin, tmp_path / "claims", "/claims")
+    proxy = proxy_thread(deceiving_origin.url, tmp_path / "person")
+    try:
+        person = httpx.get(f"{proxy.url}/claims", headers=FIREFOX)
+    finally:
+        proxy.stop()
+    assert [answer.headers["x-crawlergate"] for answer in untyped] == ["miss", "l1-hit"]
+    assert all("content-type" not in answer.headers and answer.content == PAGE for answer in untyped)
+    assert [answer.headers.get_list("x-crawlergate") for answer in claimed] == [["miss"], ["l1-hit"]]
+    assert person.headers.get_list("x-crawlergate") == ["pass"]
+
+
+def test_proxy_a_site_that_answers_429_gets_its_stored_copy_served_stale(tmp_path: Path) -> None:
+    asked: list[bytes] = []
+
+    def tiring(method: bytes, path: bytes) -> tuple[bytes, bool | str]:
+        asked.append(path)
+        if len(asked) == 1:
+            return deceiving(method, b"/page")
+        return b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 120\r\nContent-Length: 5\r\n\r\nslow!", False
+
+    origin = RawHttpServer(tiring).start()
+    proxy = proxy_thread(origin.url, tmp_path, cache=CacheSettings(ttl_seconds=0.5, max_stale_seconds=0))
+    try:
+        first = httpx.get(f"{proxy.url}/p", headers=GOOGLEBOT)
+        time.sleep(0.7)  # expired: the next request fills, and the site says slow down
+        stale = httpx.get(f"{proxy.url}/p", headers=GOOGLEBOT)
+        nothing_stored = httpx.get(f"{proxy.url}/new", headers=GOOGLEBOT)
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert (first.headers["x-crawlergate"], first.content) == ("miss", PAGE)
+    assert (stale.status_code, stale.headers["x-crawlergate"], stale.content) == (200, "stale", PAGE)
+    # With no copy stored, the site's own 429 (and its Retry-After) reaches the crawler.
+    assert (nothing_stored.status_code, nothing_stored.headers["retry-after"]) == (429, "120")

@@ -38,6 +38,10 @@ logger = logging.getLogger(__name__)
 
 # Body bytes queued for the caller before the connection stops reading from the origin.
 _READ_HIGH_WATER = 256 * 1024
+# The most an answer's status line and headers may take (nginx's proxy_buffer_size is 4 or 8 KB; pages with a long
+# Content-Security-Policy or Link list need more). Past it the answer is broken (502), and the parser, which joins a
+# header's pieces anew at each read, is never fed a head of megabytes on the event loop.
+_MAX_HEAD_BYTES = 64 * 1024
 
 # A request body: none, bytes held in memory, or a stream of chunks.
 RequestBody = bytes | AsyncIterable[bytes] | None
@@ -92,6 +96,8 @@ class _Connection(asyncio.Protocol):
         self._aborted = False
         # (scheme, host, port): the pool the connection belongs to.
         self.address = OriginAddress("", "", 0, b"")
+        # Bytes read while the answer's head was not whole yet.
+        self._head_bytes = 0
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -135,6 +141,12 @@ class _Connection(asyncio.Protocol):
                 return
             self._fail(httpx.RemoteProtocolError(f"the origin sent a malformed answer: {exc}"))
             self.abort()
+            return
+        if not self._done and self._head is not None and not self._head.done():
+            self._head_bytes += len(data)
+            if self._head_bytes > _MAX_HEAD_BYTES:
+                self._fail(httpx.RemoteProtocolError(f"the origin sent an answer head over {_MAX_HEAD_BYTES} bytes"))
+                self.abort()
 
     # httptools callbacks
     def on_message_begin(self) -> None:
@@ -158,6 +170,13 @@ class _Connection(asyncio.Protocol):
         if status > 599 or status < 100:
             # httptools takes any three digits; no client could read a 999 (nginx: "upstream sent invalid status").
             self._fail(httpx.RemoteProtocolError(f"the origin sent status {status}, which HTTP does not have"))
+            self.abort()
+            return
+        encodings = [value for name, value in self._headers if name.lower() == b"transfer-encoding"]
+        if encodings and b",".join(encodings).strip().lower() != b"chunked":
+            # A coding besides chunked (gzip, chunked): the body would be read as the page with the coding left on
+            # it. nginx refuses it too ("upstream sent unknown Transfer-Encoding").
+            self._fail(httpx.RemoteProtocolError("the origin sent a transfer coding other than chunked"))
             self.abort()
             return
         self._keep_alive = self._parser.should_keep_alive()
@@ -190,6 +209,7 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self._parser = httptools.HttpResponseParser(self)
         self._head = asyncio.get_running_loop().create_future()
+        self._head_bytes = 0
         self._headers = []
         self._chunks.clear()
         self._queued = 0

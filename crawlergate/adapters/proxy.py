@@ -82,6 +82,10 @@ _ORIGIN_ONLY = (b"date", b"server")
 _DROPPED_UNTRUSTED = HOP_BY_HOP | frozenset(_CLAIMS)
 _DROPPED_FROM_ORIGIN = HOP_BY_HOP | frozenset(_ORIGIN_ONLY)
 _DROPPED_FROM_UNFRAMED_ORIGIN = _DROPPED_FROM_ORIGIN | {b"content-length"}
+# A person's answer says what this gate did in its own X-Crawlergate: the origin's (a gate behind it) would contradict
+# it. A fill keeps it, for `crawlergate check` to say a gate answered; a crawler's answer never carries it.
+_DROPPED_FROM_ORIGIN_PASSED = _DROPPED_FROM_ORIGIN | {b"x-crawlergate"}
+_DROPPED_FROM_UNFRAMED_ORIGIN_PASSED = _DROPPED_FROM_UNFRAMED_ORIGIN | {b"x-crawlergate"}
 _FORWARDING = frozenset((b"host", *_FORWARDED))
 # Response headers that may carry an absolute URL of the origin.
 _URL_HEADERS = (b"location", b"content-location", b"refresh", b"link")
@@ -234,7 +238,7 @@ class ReverseProxy:
                 {
                     "type": "http.response.start",
                     "status": answer.status,
-                    "headers": self._answer_headers(answer.status, answer.headers, scope),
+                    "headers": self._answer_headers(answer.status, answer.headers, scope, passed=True),
                 }
             )
             if whole is not None:
@@ -345,11 +349,18 @@ class ReverseProxy:
             result.append((b"x-forwarded-host", host))
         return result
 
-    def _answer_headers(self, status: int, raw: list[tuple[bytes, bytes]], scope: Scope) -> list[tuple[bytes, bytes]]:
+    def _answer_headers(
+        self, status: int, raw: list[tuple[bytes, bytes]], scope: Scope, *, passed: bool = False
+    ) -> list[tuple[bytes, bytes]]:
+        """The origin's answer headers as the gate hands them on: to a person (``passed``), or to a fill."""
         # With Transfer-Encoding, Content-Length must be ignored (RFC 9112 6.3) and so never passed on; on a 204 or a
         # 304 it frames no body (a 304's is the page's length), and the server in front would wait for one.
         unframed = status in (204, 304) or any(name.lower() == b"transfer-encoding" for name, _ in raw)
-        headers = _without_hop_by_hop(raw, _DROPPED_FROM_UNFRAMED_ORIGIN if unframed else _DROPPED_FROM_ORIGIN)
+        if passed:
+            dropped = _DROPPED_FROM_UNFRAMED_ORIGIN_PASSED if unframed else _DROPPED_FROM_ORIGIN_PASSED
+        else:
+            dropped = _DROPPED_FROM_UNFRAMED_ORIGIN if unframed else _DROPPED_FROM_ORIGIN
+        headers = _without_hop_by_hop(raw, dropped)
         for index, (name, value) in enumerate(headers):
             if name in _URL_HEADERS and self._origin_lower in value.lower():
                 headers[index] = (name, self._public_address(name, value, scope))

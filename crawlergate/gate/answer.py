@@ -59,7 +59,8 @@ def page_response(
         headers.append((b"content-encoding", b"gzip"))
     else:
         body = page.body()
-    headers.append((b"content-type", page.content_type.encode("latin-1")))
+    if page.content_type:  # none when the site gave none: the client sniffs, as it would from the site
+        headers.append((b"content-type", page.content_type.encode("latin-1")))
     status = page.status
     if request.range and status == 200 and not request.if_range:
         status, body = _ranged(request.range, body, headers)

@@ -28,7 +28,7 @@ from crawlergate.cache import TwoLevelCache
 from crawlergate.errors import OriginError, OriginTimeout
 from crawlergate.gate.answer import INLINE_PAGE_BYTES
 from crawlergate.gate.catalogue import PageCatalogue
-from crawlergate.gate.origin import OriginResponse, PageTooLarge
+from crawlergate.gate.origin import OriginResponse, PassedOn
 from crawlergate.gate.pagewriter import PageWriter
 from crawlergate.gate.storable import StoragePolicy, StoreVerdict
 from crawlergate.gate.valve import OverloadValve
@@ -259,8 +259,8 @@ class Filler:
 
     def _count_failure(self, error: OriginError, started: float, key: CacheKey) -> None:
         self._count_fetch(started, key)
-        if isinstance(error, PageTooLarge):  # the site answered; the page is passed on, not stored
-            self.metrics.count_not_stored("too-big")
+        if isinstance(error, PassedOn):  # the site answered; the page is passed on, not stored
+            self.metrics.count_not_stored(error.reason)
             return
         self.metrics.count("origin_errors")
         self.metrics.count_not_stored("origin-error")

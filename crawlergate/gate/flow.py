@@ -46,7 +46,7 @@ from crawlergate.gate.answer import (
 from crawlergate.gate.engine import GateCore
 from crawlergate.gate.fill import FillResult
 from crawlergate.gate.invalidate import Invalidation
-from crawlergate.gate.origin import OriginResponse, PageTooLarge
+from crawlergate.gate.origin import OriginResponse, PassedOn
 from crawlergate.gate.prefetcher import Prefetcher
 from crawlergate.gate.request import Decision, Request, RequestHeaders, Route
 from crawlergate.gate.writes import FORM_TYPES, form_fields
@@ -56,7 +56,14 @@ from crawlergate.page import Page
 # Fills after which a stored copy of any age is better than what the site sent.
 _FAILED_FILL = ("origin-error", "incomplete", "empty", "redirect-to-self")
 # Answer headers that belong to the guest fill alone, never handed to a crawler.
-_PER_RESPONSE_HEADERS = ("content-length", "transfer-encoding", "connection", "content-encoding", "set-cookie")
+_PER_RESPONSE_HEADERS = (
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "content-encoding",
+    "set-cookie",
+    "x-crawlergate",
+)
 # Stored pages whose gzip body is larger are decompressed in a thread for a client without gzip.
 HEAVY_PAGE_BYTES = INLINE_PAGE_BYTES // 4
 _HIT = {"l1": (b"l1-hit", "l1-hit"), "l2": (b"l2-hit", "l2-hit")}
@@ -340,7 +347,7 @@ class CrawlerFlow:
         the crawler's own request, which carries its real scheme.
         """
         result, error = filled.result, filled.error
-        if isinstance(error, PageTooLarge):
+        if isinstance(error, PassedOn):
             return None
         if isinstance(result, Page):
             if _heavy(result, headers):

@@ -35,8 +35,24 @@ FILL_EXTENSION = "crawlergate.fill"
 DEFAULT_FILL_CLIENT = "192.0.2.1"
 
 
-class PageTooLarge(OriginError):
+class PassedOn(OriginError):
+    """The site answered, with a page the gate does not store: the crawler's own request is passed to the site, and
+    nothing is refetched in vain. ``reason`` is its ``not_stored`` label."""
+
+    reason = ""
+
+
+class PageTooLarge(PassedOn):
     """Raised when a guest page exceeds the size limit, likely a download rather than a page."""
+
+    reason = "too-big"
+
+
+class UndecodablePage(PassedOn):
+    """Raised when a guest page comes in a content coding the gate cannot read (br, zstd, an unknown one, two
+    codings, gzip with bytes after its end): browsers may read it; the gate passes it on as the site sent it."""
+
+    reason = "encoding"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +175,14 @@ def _decoded(target: str, response: OriginResponse, max_bytes: int) -> OriginRes
 
     The size limit holds for the decoded body too: a small gzip can inflate a thousandfold (a "bomb").
     """
-    encoding = (response.header("content-encoding") or "identity").strip().lower()
-    if encoding == "identity" or not response.complete:
+    # Codings in the order applied, over every Content-Encoding line (RFC 9110 5.3: repeated lines are one list).
+    listed = (coding.strip() for coding in ",".join(response.all("content-encoding")).lower().split(","))
+    codings = [coding for coding in listed if coding not in ("", "identity")]
+    if not codings or not response.complete:
         return response
-    if encoding not in ("gzip", "x-gzip", "deflate"):
-        raise OriginError(f"{target}: the site answered in {encoding!r}, which a fill did not ask for")
+    encoding = codings[0]
+    if len(codings) > 1 or encoding not in ("gzip", "x-gzip", "deflate"):
+        raise UndecodablePage(f"{target}: the site answered in {', '.join(codings)!r}, which a fill did not ask for")
     try:
         if encoding == "deflate":
             try:
@@ -173,16 +192,23 @@ def _decoded(target: str, response: OriginResponse, max_bytes: int) -> OriginRes
             body_gz = None
         else:
             body, body_gz = _inflate(response.body, max_bytes, gzip_wrapped=True), response.body
-    except zlib.error as exc:
+    except _CutStream as exc:
         raise OriginError(f"{target}: the site sent a broken {encoding} body: {exc}") from exc
+    except zlib.error as exc:
+        raise UndecodablePage(f"{target}: the site sent a {encoding} body the gate cannot read: {exc}") from exc
     if body is None:
         raise PageTooLarge(f"{target}: more than {max_bytes} bytes once decompressed")
     headers = tuple((k, v) for k, v in response.headers if k not in ("content-encoding", "content-length"))
     return OriginResponse(response.status, headers, body, body_gz=body_gz, complete=True)
 
 
+class _CutStream(zlib.error):
+    """A compressed body that stops before its end: an answer cut short, not one in a coding the gate cannot read."""
+
+
 def _inflate(data: bytes, max_bytes: int, *, gzip_wrapped: bool = False, raw_deflate: bool = False) -> bytes | None:
-    """Decompress at most ``max_bytes`` (None past that); raises zlib.error on a broken or cut stream.
+    """Decompress at most ``max_bytes`` (None past that); raises _CutStream on a cut stream, zlib.error on a broken
+    one.
 
     gzip may hold several members, one after the other (RFC 1952); "deflate" is zlib-wrapped by the
     standard (RFC 9110 8.4.1.2), but some servers send it raw.
@@ -200,7 +226,7 @@ def _inflate(data: bytes, max_bytes: int, *, gzip_wrapped: bool = False, raw_def
         if not inflater.eof:
             if inflater.unconsumed_tail:
                 return None  # stopped at the limit with input left: larger than allowed
-            raise zlib.error("the compressed stream ends early")
+            raise _CutStream("the compressed stream ends early")
         parts.append(part)
         rest = inflater.unused_data if gzip_wrapped else b""
     return b"".join(parts)

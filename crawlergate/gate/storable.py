@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from crawlergate.config import CacheSettings
 from crawlergate.gate.origin import OriginResponse
@@ -37,8 +37,9 @@ NOT_STORED_REASONS = (
     "empty",  # a 200 without a body
     "incomplete",  # the body ended early, or disagrees with Content-Length
     "too-big",  # larger than l2.page_max_bytes
+    "encoding",  # a content coding the gate cannot read (br, zstd, two codings, gzip with bytes after its end)
     "redirect-to-self",  # a redirect to the very URL it answers: stored, it would loop forever
-    "origin-error",  # the site failed, timed out or answered 5xx
+    "origin-error",  # the site failed, timed out or answered 5xx or 429
 )
 
 # Statuses stored besides 200, each with its own lifetime.
@@ -81,7 +82,7 @@ class StoragePolicy:
         default_ttl = self._status_ttl(status)
         if status == 200 and self._keys is not None:
             default_ttl = self._keys.rules.max_age_for(target.partition("?")[0]) or default_ttl
-        if status >= 500:
+        if status >= 500 or status == 429:  # 429: the site asks the gate to slow down, as nginx's use_stale http_429
             reasons.append(("origin-error", f"the site answered {status}"))
         elif default_ttl is None:
             reasons.append(("status", f"status {status} is never stored (200, 301, 308, 404 and 410 are)"))
@@ -125,7 +126,7 @@ class StoragePolicy:
         return Page.from_response(
             response.status,
             response.body,
-            content_type=response.header("content-type") or "application/octet-stream",
+            content_type=response.header("content-type") or "",
             generated_at=now,
             ttl_seconds=verdict.ttl_seconds,
             last_modified=parse_http_date(last_modified) if last_modified else None,
@@ -224,7 +225,9 @@ def _redirects_to(location: str | None, target: str, keys: KeyMaker | None) -> b
     """
     if not location:
         return False
-    parts = urlsplit(location.strip())
+    # A relative Location (``x``, ``./x``, ``../dir/x``, ``?page=2``) is read against the URL it answers, as a
+    # crawler reads it.
+    parts = urlsplit(urljoin("http://site.invalid" + target.partition("#")[0], location.strip()))
     if not parts.path.startswith("/"):
         return False
     raw_path = parts.path.encode("utf-8", "surrogateescape")
