@@ -105,7 +105,10 @@ class CheckReport:
 
 async def check_page(settings: Settings, url: str) -> CheckReport:
     """Fetch ``url`` (a full URL, or a path on ``server.origin``) as a fill would, and judge the answer."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed IPv6 bracket, a bad port
+        raise ConfigError(f"'{url}' is not a URL: {exc}.") from None
     if parts.scheme and parts.scheme not in ("http", "https"):
         raise ConfigError(f"'{url}' is not an http:// or https:// URL or a path such as /wiki/Start.")
     if not parts.scheme and not url.startswith("/"):

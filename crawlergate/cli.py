@@ -17,6 +17,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+import httpx
+
 from crawlergate import __version__
 from crawlergate.commands import demo, front, gate, suspects, tools
 from crawlergate.commands.common import EXIT_OK, EXIT_USAGE, DefaultsShown
@@ -35,13 +37,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CrawlerGateError as exc:
         print(f"crawlergate: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("crawlergate: interrupted", file=sys.stderr)
-        return 130
+    except httpx.InvalidURL as exc:
+        print(f"crawlergate: not a URL this can ask: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except BrokenPipeError:
         # The reader (e.g. `head`) went away; that is not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except OSError as exc:
+        # A path given that cannot be used (no such folder, a folder where a file goes, no permission): the
+        # commands check the paths they read; this is the one line for the rest.
+        if exc.strerror is None:
+            raise
+        print(f"crawlergate: {exc.filename or 'a file'}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("crawlergate: interrupted", file=sys.stderr)
+        return 130
     return result
 
 

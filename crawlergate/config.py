@@ -34,6 +34,8 @@ ENV_PREFIX = "CRAWLERGATE_"
 CONFIG_PATH_VARIABLE = "CRAWLERGATE_CONFIG"
 # A whole Settings, serialised: how `serve` hands its settings to worker processes and the demo to its gate.
 SETTINGS_VARIABLE = "CRAWLERGATE_SETTINGS_JSON"
+# The smallest L2 cap: a few pages. `max_bytes = 100`, meant as megabytes, would evict every page at start-up.
+MIN_L2_BYTES = 64 * 1024
 
 # The defaults of list settings are data in rules/defaults.toml.
 with open(default_rules_dir() / "defaults.toml", "rb") as _file:
@@ -52,7 +54,7 @@ class ServerSettings:
     host: str = "127.0.0.1"
     # The port serve listens on.
     port: int = 8080
-    # Worker processes of serve; they share the caches and sum their figures (one per core).
+    # Worker processes of serve; they share the caches and sum their figures (one per core; at most four per core).
     workers: int = 1
     # Empty: the gate is mounted inside the site, there is no separate origin.
     origin: str = ""
@@ -113,6 +115,8 @@ class ServerSettings:
             except ValueError:
                 _fail("server.trusted_proxies", proxy, "Each entry must be an IP address or network, e.g. 10.0.0.0/8.")
         _require(self.workers >= 1, "server.workers", self.workers, "Must be a positive integer.")
+        most = 4 * (os.cpu_count() or 1)
+        _require(self.workers <= most, "server.workers", self.workers, f"Must be at most {most}, 4 per CPU here.")
         _require(
             self.origin_requests_per_client >= 0,
             "server.origin_requests_per_client",
@@ -245,13 +249,18 @@ class L2Settings:
     # Empty: a folder of the site's own in the user's cache directory (XDG_CACHE_HOME or ~/.cache), named after
     # server.public_url, else server.origin, else (middleware) the application.
     cache_dir: str = ""
-    # L2's size on disk: past it the least recently used pages are evicted.
+    # L2's size on disk: past it the least recently used pages are evicted (64KiB at least; a bare number is bytes).
     max_bytes: int = 1024 * 1024 * 1024
     # Pages larger than this, as the origin sends them or once decompressed, are never stored.
     page_max_bytes: int = 8 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        _require(self.max_bytes > 0, "l2.max_bytes", self.max_bytes, "Must be a positive size.")
+        _require(
+            self.max_bytes >= MIN_L2_BYTES,
+            "l2.max_bytes",
+            self.max_bytes,
+            'Must be at least 64KiB: a number without a unit is bytes (write "100MB").',
+        )
         _require(self.page_max_bytes > 0, "l2.page_max_bytes", self.page_max_bytes, "Must be a positive size.")
 
 
@@ -852,6 +861,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"Config file '{path}' cannot be read: {exc.strerror}.") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"Config file '{path}' is not valid TOML: {exc}.") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"Config file '{path}' is not text in UTF-8, as TOML must be.") from None
 
 
 def _read_serialised(text: str) -> dict[str, Any]:

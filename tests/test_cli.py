@@ -60,6 +60,9 @@ def test_cli_classify_log_without_time_field(capsys: pytest.CaptureFixture[str])
         pytest.param(["classify", "--log", "/nonexistent/access.log"], "cannot be read", id="missing-log"),
         pytest.param(["classify", "--config", "/nonexistent.toml", "x"], "does not exist", id="missing-config"),
         pytest.param(["classify"], "give user agents", id="nothing-to-do"),
+        pytest.param(["demo", "trace", "--out", "/nonexistent/x.log"], "/nonexistent/x.log: No such", id="no-folder"),
+        pytest.param(["check", "http://[::1/p"], "is not a URL: Invalid IPv6 URL", id="bad-url"),
+        pytest.param(["stats", "--url", "http://[::1/x"], "not a URL this can ask", id="bad-gate-url"),
     ],
 )
 def test_cli_errors_are_one_line_not_a_traceback(argv: list[str], message: str, capsys) -> None:
@@ -120,3 +123,10 @@ def test_cli_help_never_shows_the_admin_token(monkeypatch: pytest.MonkeyPatch) -
         parser = _parser()
         subparsers = next(action for action in parser._actions if action.dest == "command")
         assert "s3cret" not in subparsers.choices[command].format_help()  # type: ignore[attr-defined]
+
+
+def test_cli_demo_forum_never_overwrites_a_file_it_did_not_make(tmp_path: Path, capsys) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    assert main(["demo", "forum", "--db", str(notes), "--port", "1"]) == 2
+    assert "is not a demo forum's database" in capsys.readouterr().err and notes.read_text() == "my notes\n"

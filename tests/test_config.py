@@ -45,6 +45,8 @@ def test_config_blank_environment_numbers_and_choices_are_unset() -> None:
     ("environ", "message"),
     [
         pytest.param({"CRAWLERGATE_L2_MAX_BYTES": "-1"}, "Setting 'l2.max_bytes' has value '-1'", id="negative-size"),
+        pytest.param({"CRAWLERGATE_L2_MAX_BYTES": "100"}, "a number without a unit is bytes", id="unitless"),
+        pytest.param({"CRAWLERGATE_SERVER_WORKERS": "100000"}, "4 per CPU here", id="workers"),
         pytest.param({"CRAWLERGATE_SERVER_PORT": "http"}, "Setting 'server.port' has value 'http'", id="not-int"),
         pytest.param({"CRAWLERGATE_SERVER_PORT": "70000"}, "Must be a port number", id="port-range"),
         pytest.param({"CRAWLERGATE_SERVER_ORIGIN": "ftp://x"}, "Setting 'server.origin'", id="origin-scheme"),
@@ -65,6 +67,13 @@ def test_config_bad_toml_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
     path.write_text("[server\nport = 1\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(path, {})
+
+
+def test_config_file_in_another_encoding_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('[server]\norigin = "http://café.example"\n'.encode("latin-1"))
+    with pytest.raises(ConfigError, match="not text in UTF-8"):
         load_settings(path, {})
 
 

@@ -10,10 +10,13 @@ threads, about 1.2 million posts) to a few hundred megabytes.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+
+from crawlergate.errors import ConfigError
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -67,13 +70,16 @@ def seed_database(path: Path, *, threads: int, seed: int) -> ForumShape:
     """Create (or reuse, when it was seeded with the same parameters) the forum database at ``path``."""
     wanted = f"{threads}:{seed}"
     if path.exists():
-        with sqlite3.connect(path) as connection:
-            try:
+        # Only a demo forum's own database is reseeded: whatever else is at the path is somebody's, left alone.
+        try:
+            with contextlib.closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as connection:
                 row = connection.execute("SELECT value FROM meta WHERE key = 'shape'").fetchone()
-            except sqlite3.DatabaseError:
-                row = None
-            if row is not None and row[0] == wanted:
-                return shape_of(connection)
+                if row is not None and row[0] == wanted:
+                    return shape_of(connection)
+        except sqlite3.DatabaseError:
+            row = None
+        if row is None:
+            raise ConfigError(f"'{path}' is not a demo forum's database; give --db a new file (or one the demo made).")
         path.unlink()
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import re
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TypeVar
@@ -288,7 +289,7 @@ class LogReader:
 
     def _sample(self) -> list[str]:
         data = b""
-        with contextlib.suppress(EOFError, gzip.BadGzipFile, OSError), self._open() as (_, stream, _total):
+        with contextlib.suppress(EOFError, gzip.BadGzipFile, OSError, zlib.error), self._open() as (_, stream, _total):
             # In small reads: a damaged gzip stream still gives what came before the damage.
             while len(data) < SAMPLE_BYTES and (chunk := stream.read(16384)):
                 data += chunk
@@ -317,7 +318,7 @@ class LogReader:
                         rest += tail
                     if self._on_progress is not None:
                         self._on_progress(raw.tell(), total)
-            except (EOFError, gzip.BadGzipFile, OSError) as exc:
+            except (EOFError, gzip.BadGzipFile, OSError, zlib.error) as exc:
                 self.malformed += 1
                 self.truncated = str(exc) or type(exc).__name__
             if rest:
@@ -379,7 +380,7 @@ class LogReader:
                     if progress is not None and self.lines % 65536 == 0:
                         progress(raw.tell(), total)
                     yield record
-            except (EOFError, gzip.BadGzipFile, OSError) as exc:
+            except (EOFError, gzip.BadGzipFile, OSError, zlib.error) as exc:
                 # A truncated or corrupt gzip stream ends the log where it breaks, as zcat does.
                 self.malformed += 1
                 self.truncated = str(exc) or type(exc).__name__
@@ -396,7 +397,7 @@ def _read_block(stream: BinaryIO) -> bytes:
     while size < BLOCK_BYTES:
         try:
             chunk = stream.read1(BLOCK_BYTES - size)  # type: ignore[attr-defined]  # GzipFile and BufferedReader have it
-        except (EOFError, gzip.BadGzipFile, OSError):
+        except (EOFError, gzip.BadGzipFile, OSError, zlib.error):
             if parts:
                 break  # hand over what came before; the next call raises again and ends the log
             raise
