@@ -63,6 +63,11 @@ def test_cli_classify_log_without_time_field(capsys: pytest.CaptureFixture[str])
         pytest.param(["demo", "trace", "--out", "/nonexistent/x.log"], "/nonexistent/x.log: No such", id="no-folder"),
         pytest.param(["check", "http://[::1/p"], "is not a URL: Invalid IPv6 URL", id="bad-url"),
         pytest.param(["stats", "--url", "http://[::1/x"], "not a URL this can ask", id="bad-gate-url"),
+        pytest.param(
+            ["nginx-config", "--origin", "http://127.0.0.1:8000", "--gate", "127.0.0.1:8080; } server { listen 81"],
+            "is not an address nginx can reach",
+            id="gate-address-into-nginx",
+        ),
     ],
 )
 def test_cli_errors_are_one_line_not_a_traceback(argv: list[str], message: str, capsys) -> None:

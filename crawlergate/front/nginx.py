@@ -253,11 +253,21 @@ def published_tree(settings: Settings, direct_log: Path) -> Path:
     return tree
 
 
+# An upstream server nginx takes: a name or IPv4 address, or an IPv6 one in brackets, with a port; or a unix socket.
+_UPSTREAM_ADDRESS = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})|unix:/[^\s;{}'\"]+")
+
+
 def nginx_include(
     settings: Settings, *, gate: str, direct_log: Path, classifier: Classifier, seen: Counter[str] | None = None
 ) -> NginxInclude:
     """The include; ``seen``: how often each user agent asked for something in the site's logs, of which the crawlers'
     seen most are answered by a hash lookup (``known_agents``)."""
+    address = _UPSTREAM_ADDRESS.fullmatch(gate)
+    if address is None or not 0 < int(address["port"] or 1) < 65536:
+        raise ConfigError(
+            f"--gate '{gate}' is not an address nginx can reach: write HOST:PORT (127.0.0.1:8080, [::1]:8080) or "
+            "unix:/path/to/socket."
+        )
     tree = published_tree(settings, direct_log)
     crawlers = crawler_map(classifier.ruleset, served_families(settings, classifier))
     agents = known_agents(crawlers, seen) if seen else []
