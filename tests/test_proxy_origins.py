@@ -593,12 +593,15 @@ def test_proxy_a_304_or_204_with_a_content_length_keeps_the_connection(tmp_path:
     try:
         with httpx.Client(base_url=proxy.url) as person:
             answers = [person.get(path, headers=FIREFOX) for path in ("/not-modified", "/no-content", "/after")]
+        with httpx.Client(base_url=proxy.url) as crawler:
+            crawled = [crawler.get(path, headers=GOOGLEBOT) for path in ("/not-modified", "/no-content", "/after")]
     finally:
         proxy.stop()
         origin.stop()
-    assert [answer.status_code for answer in answers] == [304, 204, 200]
-    assert answers[0].headers["etag"] == '"7"' and "content-length" not in answers[0].headers
-    assert answers[2].text == "ok"
+    for got in (answers, crawled):
+        assert [answer.status_code for answer in got] == [304, 204, 200]
+        assert got[0].headers["etag"] == '"7"' and "content-length" not in got[0].headers
+        assert "content-length" not in got[1].headers and got[2].text == "ok"
 
 
 PAGE = b"<html><body><p>the page</p></body></html>"

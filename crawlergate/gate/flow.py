@@ -499,5 +499,7 @@ def origin_headers(response: OriginResponse) -> list[tuple[bytes, bytes]]:
         for name, value in response.headers
         if name not in _PER_RESPONSE_HEADERS
     ]
-    headers += [(b"content-length", b"%d" % len(response.body)), (b"x-crawlergate", b"miss")]
+    if response.status not in (204, 304):  # neither has a body to frame (RFC 9110 8.6 forbids it on a 204)
+        headers.append((b"content-length", b"%d" % len(response.body)))
+    headers.append((b"x-crawlergate", b"miss"))
     return headers
