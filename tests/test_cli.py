@@ -135,3 +135,18 @@ def test_cli_demo_forum_never_overwrites_a_file_it_did_not_make(tmp_path: Path, 
     notes.write_text("my notes\n")
     assert main(["demo", "forum", "--db", str(notes), "--port", "1"]) == 2
     assert "is not a demo forum's database" in capsys.readouterr().err and notes.read_text() == "my notes\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "forum", "--port", "70000"],
+        ["demo", "forum", "--work-ms", "nan"],
+        ["demo", "trace", "--out", "x.log", "--duration", "inf"],
+        ["demo", "trace", "--out", "x.log", "--duration", "-5"],
+    ],
+)
+def test_cli_demo_numbers_out_of_range_are_refused_before_anything_runs(argv: list[str], capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2 and "must be" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -146,7 +147,7 @@ def number_argument(convert: Callable[[str], Any], accept: Callable[[Any], bool]
 positive_int = number_argument(int, lambda value: value > 0, "a positive integer")
 
 
-positive_float = number_argument(float, lambda value: value > 0, "a positive number")
+positive_float = number_argument(float, lambda value: 0 < value < math.inf, "a positive number")
 
 
 fraction = number_argument(float, lambda value: 0 <= value <= 1, "a number from 0 to 1")
@@ -155,7 +156,10 @@ fraction = number_argument(float, lambda value: 0 <= value <= 1, "a number from 
 non_negative_int = number_argument(int, lambda value: value >= 0, "0 or a positive integer")
 
 
-non_negative_float = number_argument(float, lambda value: value >= 0, "0 or a positive number")
+non_negative_float = number_argument(float, lambda value: 0 <= value < math.inf, "0 or a positive number")
+
+
+port_number = number_argument(int, lambda value: 0 < value < 65536, "a port number from 1 to 65535")
 
 
 def open_agents_log(path: Path, log_format: str = "auto") -> LogReader:

@@ -11,6 +11,9 @@ from crawlergate.commands.common import (
     DefaultsShown,
     add_settings_flags,
     fraction,
+    non_negative_float,
+    port_number,
+    positive_float,
     positive_int,
     settings_of,
 )
@@ -27,7 +30,9 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     demo.add_argument("--threads", type=positive_int, default=1000, help="threads in the forum")
     demo.add_argument("--requests", type=positive_int, default=1600, help="page views in the replayed trace")
-    demo.add_argument("--work-ms", type=float, default=20.0, help="CPU work per dynamic page, in milliseconds")
+    demo.add_argument(
+        "--work-ms", type=non_negative_float, default=20.0, help="CPU work per dynamic page, in milliseconds"
+    )
     demo.add_argument("--concurrency", type=positive_int, default=8, help="replay clients")
     demo.add_argument("--dir", type=Path, help="keep the run's files here (default: a new temporary folder)")
     demo.add_argument("--serve", action="store_true", help="leave the forum and the gate running afterwards")
@@ -44,7 +49,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "forum", help="serve the demo forum (Starlette + SQLite) on its own", formatter_class=DefaultsShown
     )
     forum.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    forum.add_argument("--port", type=int, default=8000, help="port to listen on")
+    forum.add_argument("--port", type=port_number, default=8000, help="port to listen on")
     _add_forum_flags(forum)
     forum.set_defaults(handler=_run_demo_forum)
     trace = demo_commands.add_parser(
@@ -52,7 +57,9 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     trace.add_argument("--out", type=Path, required=True, help="the log file to write")
     trace.add_argument("--requests", type=positive_int, default=20_000, help="page views in the trace")
-    trace.add_argument("--duration", type=float, default=86_400.0, help="seconds the trace spans (default a day)")
+    trace.add_argument(
+        "--duration", type=positive_float, default=86_400.0, help="seconds the trace spans (default a day)"
+    )
     trace.add_argument("--crawler-share", type=fraction, default=0.68, help="crawler share of page views")
     _add_forum_flags(trace)
     trace.set_defaults(handler=_run_demo_trace)
@@ -60,7 +67,9 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def _add_forum_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=positive_int, default=3000, help="threads to seed (the paper's: 153100)")
-    parser.add_argument("--work-ms", type=float, default=20.0, help="CPU work per dynamic page, in milliseconds")
+    parser.add_argument(
+        "--work-ms", type=non_negative_float, default=20.0, help="CPU work per dynamic page, in milliseconds"
+    )
     parser.add_argument("--seed", type=int, default=2012, help="seed of the forum's content and of the trace")
     parser.add_argument("--db", type=Path, help="the SQLite file (default: in the user's cache folder)")
 
