@@ -64,6 +64,11 @@ def test_cli_classify_log_without_time_field(capsys: pytest.CaptureFixture[str])
         pytest.param(["check", "http://[::1/p"], "is not a URL: Invalid IPv6 URL", id="bad-url"),
         pytest.param(["stats", "--url", "http://[::1/x"], "not a URL this can ask", id="bad-gate-url"),
         pytest.param(
+            ["invalidate", "--token", "t", "--url", "http://127.0.0.1:1", "t/1.html"],
+            "is neither a path (/t/1.html) nor an http:// or https:// URL",
+            id="invalidate-neither-path-nor-url",
+        ),
+        pytest.param(
             ["nginx-config", "--origin", "http://127.0.0.1:8000", "--gate", "127.0.0.1:8080; } server { listen 81"],
             "is not an address nginx can reach",
             id="gate-address-into-nginx",

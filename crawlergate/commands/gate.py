@@ -436,6 +436,19 @@ def _count(number: int, noun: str) -> str:
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
+def _page_host(page: str) -> str | None:
+    """The host a page argument names (None for a path); raises CrawlerGateError for neither a path nor a URL."""
+    try:
+        parts = urlsplit(page)
+    except ValueError as exc:
+        raise CrawlerGateError(f"'{page}' is not a URL: {exc}.") from None
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return parts.netloc
+    if not parts.scheme and page.startswith("/"):
+        return None
+    raise CrawlerGateError(f"'{page}' is neither a path (/t/1.html) nor an http:// or https:// URL.")
+
+
 def _run_invalidate(args: argparse.Namespace) -> int:
     import httpx
 
@@ -447,7 +460,7 @@ def _run_invalidate(args: argparse.Namespace) -> int:
     # With several sites behind the gate, each site marks its own pages: full URLs go to the site they name.
     by_host: dict[str | None, list[str]] = {}
     for page in args.urls:
-        by_host.setdefault(args.host or urlsplit(page).netloc or None, []).append(page)
+        by_host.setdefault(args.host or _page_host(page), []).append(page)
     if args.pattern or not by_host:
         by_host.setdefault(args.host, [])
     marked = 0
