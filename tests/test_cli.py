@@ -9,9 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request as StarletteRequest
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
 
 from crawlergate.cli import main
-from tests.conftest import DATA
+from tests.conftest import DATA, ServerThread
 
 
 def test_cli_classify_arguments(capsys: pytest.CaptureFixture[str]) -> None:
@@ -155,3 +159,16 @@ def test_cli_demo_numbers_out_of_range_are_refused_before_anything_runs(argv: li
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == 2 and "must be" in capsys.readouterr().err
+
+
+def test_cli_stats_of_something_not_a_gate_says_so_in_one_line(capsys) -> None:
+    async def page(request: StarletteRequest) -> HTMLResponse:
+        return HTMLResponse("<html>\n<body>\n<h1>Not here</h1>\n</body>\n</html>\n", status_code=404)
+
+    site = ServerThread(Starlette(routes=[Route("/{path:path}", page)])).start()
+    try:
+        assert main(["stats", "--url", site.url]) == 2
+    finally:
+        site.stop()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "answered 404 with a web page: is it the gate's address" in err

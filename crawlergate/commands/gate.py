@@ -198,7 +198,7 @@ def _run_stats(args: argparse.Namespace) -> int:
         except httpx.HTTPError as exc:
             raise CrawlerGateError(f"Cannot reach {url}: {str(exc).rstrip('.')}.") from None
         if response.status_code != 200:
-            raise CrawlerGateError(f"{url} answered {response.status_code}: {response.text.strip()[:200]}")
+            raise CrawlerGateError(f"{url} answered {_refusal(response)}")
         data = _admin_json(response, url, "crawler")
         print(json.dumps(data, indent=2, sort_keys=True) if args.json else _format_stats(data), flush=True)
         if not args.watch:
@@ -432,6 +432,15 @@ def _admin_json(response: Any, url: str, field: str) -> dict[str, Any]:
     return data
 
 
+def _refusal(response: Any) -> str:
+    """An admin endpoint's refusal in one line: its status and its first line of plain text; of a page (a site's or
+    a proxy's 404, not the gate's), what that means."""
+    if "html" in response.headers.get("content-type", ""):
+        return f"{response.status_code} with a web page: is it the gate's address (and --prefix its admin prefix)?"
+    first = response.text.strip().splitlines()[0] if response.text.strip() else ""
+    return f"{response.status_code}: {first[:200]}"
+
+
 def _count(number: int, noun: str) -> str:
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
@@ -473,7 +482,7 @@ def _run_invalidate(args: argparse.Namespace) -> int:
             raise CrawlerGateError(f"Cannot reach {url}: {str(exc).rstrip('.')}.") from None
         if response.status_code != 200:
             site = f" (Host {host})" if host else ""
-            raise CrawlerGateError(f"{url}{site} answered {response.status_code}: {response.text.strip()[:200]}")
+            raise CrawlerGateError(f"{url}{site} answered {_refusal(response)}")
         marked += _admin_json(response, url, "marked")["marked"]
     print(f"marked {marked:,} page(s) changed")
     return EXIT_OK
