@@ -296,7 +296,7 @@ class CacheSettings:
     def __post_init__(self) -> None:
         for name in ("ttl_seconds", "redirect_ttl_seconds", "not_found_ttl_seconds", "fill_timeout_seconds"):
             value = getattr(self, name)
-            _require(value > 0, f"cache.{name}", value, "Must be a positive number.")
+            _require(0 < value < math.inf, f"cache.{name}", value, "Must be a positive number, not infinite.")
         _require(
             self.storage_mode in ("guest", "rfc9111"),
             "cache.storage_mode",
@@ -311,7 +311,12 @@ class CacheSettings:
         for site in self.sites:
             if not re.fullmatch(r"[a-z0-9_-]+", site):
                 _fail("cache.sites", site, "Each entry must be a profile name such as trac or wordpress.")
-        _require(self.max_stale_seconds >= 0, "cache.max_stale_seconds", self.max_stale_seconds, "Must be 0 or more.")
+        _require(
+            0 <= self.max_stale_seconds < math.inf,
+            "cache.max_stale_seconds",
+            self.max_stale_seconds,
+            "Must be 0 or more, not infinite.",
+        )
         _require(self.max_target_chars >= 256, "cache.max_target_chars", self.max_target_chars, "Must be at least 256.")
 
 

@@ -47,6 +47,7 @@ def test_config_blank_environment_numbers_and_choices_are_unset() -> None:
         pytest.param({"CRAWLERGATE_L2_MAX_BYTES": "-1"}, "Setting 'l2.max_bytes' has value '-1'", id="negative-size"),
         pytest.param({"CRAWLERGATE_L2_MAX_BYTES": "100"}, "a number without a unit is bytes", id="unitless"),
         pytest.param({"CRAWLERGATE_SERVER_WORKERS": "100000"}, "4 per CPU here", id="workers"),
+        pytest.param({"CRAWLERGATE_CACHE_TTL_SECONDS": "1e999"}, "not infinite", id="infinite-lifetime"),
         pytest.param({"CRAWLERGATE_SERVER_PORT": "http"}, "Setting 'server.port' has value 'http'", id="not-int"),
         pytest.param({"CRAWLERGATE_SERVER_PORT": "70000"}, "Must be a port number", id="port-range"),
         pytest.param({"CRAWLERGATE_SERVER_ORIGIN": "ftp://x"}, "Setting 'server.origin'", id="origin-scheme"),
