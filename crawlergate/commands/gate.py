@@ -433,12 +433,11 @@ def _admin_json(response: Any, url: str, field: str) -> dict[str, Any]:
 
 
 def _refusal(response: Any) -> str:
-    """An admin endpoint's refusal in one line: its status and its first line of plain text; of a page (a site's or
-    a proxy's 404, not the gate's), what that means."""
+    """An admin endpoint's refusal in one line: its status and its text (the gate's JSON) on one line; of a page (a
+    site's or a proxy's 404, not the gate's), what that means."""
     if "html" in response.headers.get("content-type", ""):
         return f"{response.status_code} with a web page: is it the gate's address (and --prefix its admin prefix)?"
-    first = response.text.strip().splitlines()[0] if response.text.strip() else ""
-    return f"{response.status_code}: {first[:200]}"
+    return f"{response.status_code}: {' '.join(response.text.split())[:200]}"
 
 
 def _count(number: int, noun: str) -> str:
