@@ -172,16 +172,19 @@ class _Connection(asyncio.Protocol):
             self._fail(httpx.RemoteProtocolError(f"the origin sent status {status}, which HTTP does not have"))
             self.abort()
             return
-        encodings = [value for name, value in self._headers if name.lower() == b"transfer-encoding"]
-        if encodings and b",".join(encodings).strip().lower() != b"chunked":
+        codings, length, has_length = _framing(self._headers)
+        if codings is not None and codings.strip().lower() != b"chunked":
             # A coding besides chunked (gzip, chunked): the body would be read as the page with the coding left on
             # it. nginx refuses it too ("upstream sent unknown Transfer-Encoding").
             self._fail(httpx.RemoteProtocolError("the origin sent a transfer coding other than chunked"))
             self.abort()
             return
         self._keep_alive = self._parser.should_keep_alive()
-        self._until_close = not self._head_only and _delimited_by_close(status, self._headers)
-        self._length = _content_length(self._headers)
+        # RFC 9112 6.3: unframed (neither header), a status with a body: the body runs until the connection closes.
+        has_body = status >= 200 and status not in (204, 304)
+        self._until_close = not self._head_only and has_body and codings is None and not has_length
+        # Transfer-Encoding overrides Content-Length.
+        self._length = length if codings is None else None
         if not self._head.done():
             self._head.set_result((status, self._headers))
         if self._head_only:
@@ -536,23 +539,21 @@ class OriginTransport(httpx.AsyncBaseTransport):
         connection.abort()
 
 
-def _delimited_by_close(status: int, headers: list[tuple[bytes, bytes]]) -> bool:
-    """Whether an answer's body runs until the connection closes (RFC 9112 6.3): unframed, of a status with a body."""
-    if status < 200 or status in (204, 304):
-        return False
-    return not any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in headers)
-
-
-def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    """The Content-Length of an answer without Transfer-Encoding (which overrides it, RFC 9112 6.3); else None."""
+def _framing(headers: list[tuple[bytes, bytes]]) -> tuple[bytes | None, int | None, bool]:
+    """An answer's framing, in one pass over its headers: its transfer codings (None without Transfer-Encoding), its
+    Content-Length as a number (None when absent or not digits), and whether it has a Content-Length at all."""
+    codings: list[bytes] = []
     length = None
+    has_length = False
     for name, value in headers:
         lowered = name.lower()
         if lowered == b"transfer-encoding":
-            return None
-        if lowered == b"content-length" and value.strip().isdigit():
-            length = int(value)
-    return length
+            codings.append(value)
+        elif lowered == b"content-length":
+            has_length = True
+            if value.strip().isdigit():
+                length = int(value)
+    return (b",".join(codings) if codings else None), length, has_length
 
 
 def _has(headers: list[tuple[bytes, bytes]], wanted: bytes) -> bool:

@@ -190,8 +190,9 @@ class OverloadValve:
     def _waiting(self, now: float) -> int:
         """Pages let through whose fill has not begun (fewer than ``max_in_flight``: none is let through beyond it)."""
         waiting = self._let_through
-        for page in [page for page, (_, at) in waiting.items() if not 0 <= now - at < _LET_THROUGH_S]:
-            del waiting[page]
+        if waiting:  # most misses find none: no list to build
+            for page in [page for page, (_, at) in waiting.items() if not 0 <= now - at < _LET_THROUGH_S]:
+                del waiting[page]
         return len(waiting)
 
     def status(self) -> dict[str, object]:
