@@ -44,6 +44,8 @@ DEFAULT_SESSION_COOKIES: tuple[str, ...] = tuple(_LISTS["cookies"]["session"])
 DEFAULT_IGNORED_COOKIES: tuple[str, ...] = tuple(_LISTS["cookies"]["ignored"])
 DEFAULT_STORED_HEADERS: tuple[str, ...] = tuple(_LISTS["headers"]["stored"])
 NEVER_STORED_HEADERS = frozenset(name.lower() for name in _LISTS["headers"]["never_stored"])
+# An origin's URL: http(s), a host without spaces (they would reach the resolver percent-encoded), an optional path.
+_ORIGIN_URL = re.compile(r"https?://[^/\s?#]+(?:[/?#]\S*)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +125,12 @@ class ServerSettings:
             self.origin_requests_per_client,
             "Must be 0 (no limit) or more.",
         )
-        if self.origin and not re.match(r"^https?://[^/\s]+", self.origin):
-            _fail("server.origin", self.origin, "Must be an http:// or https:// URL, e.g. http://127.0.0.1:8000.")
+        if self.origin and not _ORIGIN_URL.fullmatch(self.origin):
+            _fail(
+                "server.origin",
+                self.origin,
+                "Must be an http:// or https:// URL (no spaces), e.g. http://127.0.0.1:8000.",
+            )
         if self.origin and not _has_valid_port(self.origin):
             _fail("server.origin", self.origin, "Its port must be a number from 1 to 65535.")
         if self.canonical_host and not self.public_url:
@@ -642,7 +648,7 @@ class SiteSettings:
         for host in self.hosts:
             if not re.fullmatch(r"[a-z0-9._-]+(:\d{1,5})?|\[[0-9a-f:.]+\](:\d{1,5})?", host):
                 _fail("sites.hosts", host, "Each must be a host name (and a port if not 80/443): wiki.example.org.")
-        if not re.match(r"^https?://[^/\s]+", self.origin):
+        if not _ORIGIN_URL.fullmatch(self.origin):
             _fail("sites.origin", self.origin, "Each site needs its origin's URL, e.g. http://127.0.0.1:8001.")
         ServerSettings(origin=self.origin, public_url=self.public_url)  # the same checks as the single site's
         _require(self.max_bytes >= 0, "sites.max_bytes", self.max_bytes, "Must be 0 (an even share) or a size.")

@@ -150,6 +150,8 @@ def file_urls(path: Path) -> list[str]:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as exc:
         raise CrawlerGateError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    if any("\0" in line for line in lines):
+        raise CrawlerGateError(f"{path} is not text (it holds NUL bytes): give one URL or /path?query a line.")
     return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 

@@ -3,6 +3,7 @@ console script, the public API's names and every command's help."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -33,6 +34,17 @@ def test_cli_classify_file_keeps_input_order(tmp_path: Path, capsys: pytest.Capt
     assert main(["classify", "--file", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == ["crawler\tcurl/8.0", "human\t", "human\tMozilla/5.0 (X11; Linux x86_64)", "crawler\t\ufffdbot"]
+
+
+@pytest.mark.parametrize("command", [["classify", "--file"], ["warm", "--origin", "http://127.0.0.1:9", "--urls"]])
+def test_cli_a_list_that_is_no_text_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    path = tmp_path / "list.txt.gz"  # a compressed list given where a text one is read: classified as garbage before
+    path.write_bytes(gzip.compress(b"Googlebot/2.1\n/t/1\n"))
+    assert main([*command, str(path)]) == 2
+    captured = capsys.readouterr()
+    assert "is not text (it holds NUL bytes)" in captured.err and not captured.out
 
 
 def test_cli_classify_families_column(capsys: pytest.CaptureFixture[str]) -> None:

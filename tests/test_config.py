@@ -52,6 +52,7 @@ def test_config_blank_environment_numbers_and_choices_are_unset() -> None:
         pytest.param({"CRAWLERGATE_SERVER_PORT": "70000"}, "Must be a port number", id="port-range"),
         pytest.param({"CRAWLERGATE_SERVER_ORIGIN": "ftp://x"}, "Setting 'server.origin'", id="origin-scheme"),
         pytest.param({"CRAWLERGATE_SERVER_ORIGIN": "http://127.0.0.1:99999"}, "port must be", id="origin-port"),
+        pytest.param({"CRAWLERGATE_SERVER_ORIGIN": "http://exa mple.com"}, "URL .no spaces.", id="origin-space"),
         pytest.param({"CRAWLERGATE_L1_MEMCACHED": "localhost"}, "HOST:PORT", id="memcached-format"),
         pytest.param({"CRAWLERGATE_ADMIN_PREFIX": "admin/"}, "Setting 'admin.prefix'", id="prefix"),
         pytest.param({"CRAWLERGATE_NOPE": "1"}, "names no setting", id="unknown-section"),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from crawlergate.errors import ConfigError
+from crawlergate.tools import logparse
 from crawlergate.tools.logparse import LogFormat, LogReader, LogRecord, iter_records
 from tests.conftest import DATA
 from tests.visitors import GOOGLEBOT_UA
@@ -112,6 +113,30 @@ def test_logparse_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
     records = list(reader)
     assert 0 < len(records) < 600
     assert reader.truncated
+
+
+def test_logparse_gzip_cut_before_its_first_line_is_called_damaged_not_empty(tmp_path: Path) -> None:
+    path = tmp_path / "cut.log.gz"
+    path.write_bytes(gzip.compress((LOGS / "combined-micros.log").read_bytes() * 200)[:12])
+    with pytest.raises(ConfigError, match="gzip stream is damaged before the first line"):
+        _ = LogReader(path).format
+
+
+def test_logparse_detects_the_format_past_a_first_line_too_long_to_be_a_request(tmp_path: Path) -> None:
+    # A crash can leave a run of NULs without a newline at the start of a log.
+    path = tmp_path / "access.log"
+    path.write_bytes(b"\0" * 3_000_000 + b"\n" + (LOGS / "combined-micros.log").read_bytes())
+    reader = LogReader(path)
+    assert len(list(reader)) == 3
+    assert reader.malformed == 1
+
+
+def test_logparse_a_file_of_no_lines_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logparse, "SAMPLE_SCAN_BYTES", 1_000_000)
+    path = tmp_path / "blob.log"
+    path.write_bytes(b"\0" * 2_000_000)
+    with pytest.raises(ConfigError, match="no line in its first 1,0[0-9,]+ bytes is shorter than 64 KB"):
+        _ = LogReader(path).format
 
 
 def test_logparse_streams_and_reports_progress(tmp_path: Path) -> None:

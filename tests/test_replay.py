@@ -185,7 +185,7 @@ def test_replay_comparison_says_the_direction_in_words(before: float, after: flo
     )
 
 
-@pytest.mark.parametrize("target", ["http://127.0.0.1:99999", "http://127.0.0.1:abc", "ftp://x"])
+@pytest.mark.parametrize("target", ["http://127.0.0.1:99999", "http://127.0.0.1:abc", "ftp://x", ""])
 def test_cli_replay_bad_target_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str) -> None:
     from crawlergate.cli import main
 

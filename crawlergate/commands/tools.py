@@ -151,9 +151,14 @@ def _read_lines(path: Path) -> Iterable[str]:
     if str(path) == "-":
         return (line.rstrip("\r\n") for line in sys.stdin)
     try:
+        with path.open("rb") as probe:
+            binary = b"\0" in probe.read(8192)
         handle = path.open(encoding="utf-8", errors="replace", newline="")
     except OSError as exc:
         raise CrawlerGateError(f"File '{path}' cannot be read: {exc.strerror}.") from None
+    if binary:
+        handle.close()
+        raise CrawlerGateError(f"File '{path}' is not text (it holds NUL bytes): give one user agent a line.")
 
     def lines() -> Iterable[str]:
         with handle:
@@ -208,7 +213,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     from crawlergate.tools.replay import comparison, format_summary, replay, requests_from_log, run_replay
     from crawlergate.tools.replayreport import report_html
 
-    for url in filter(None, (args.target, args.compare)):
+    for url in (url for url in (args.target, args.compare) if url is not None):
         if not re.match(r"^https?://[^/\s]+", url) or not _has_valid_port(url):
             raise CrawlerGateError(f"Target '{url}' must be an http:// or https:// URL, with a port from 1 to 65535.")
     if args.speed is not None and args.concurrency is not None:

@@ -49,9 +49,11 @@ T = TypeVar("T")
 # Lines are read in blocks of about this size for the fast path: big enough to amortise the regex
 # call, small enough to keep memory flat.
 BLOCK_BYTES = 4 * 1024 * 1024
-# The detector reads this much of the start of a file (decompressed), at most this many lines.
-SAMPLE_BYTES = 256 * 1024
+# The detector reads at most this many lines from the start of a file, skipping any longer than
+# SAMPLE_LINE_BYTES (a run of NULs a crash left, a binary blob), and gives up after SAMPLE_SCAN_BYTES.
 SAMPLE_LINES = 200
+SAMPLE_LINE_BYTES = 64 * 1024
+SAMPLE_SCAN_BYTES = 64 * 1024 * 1024
 # More malformed lines than this share earns a warning: a log of another layout, not a few bad lines.
 MALFORMED_WARNING_SHARE = 0.05
 # A response-time column is one that holds a number in at least this share of the sampled lines.
@@ -288,16 +290,34 @@ class LogReader:
                 return
 
     def _sample(self) -> list[str]:
-        data = b""
-        with contextlib.suppress(EOFError, gzip.BadGzipFile, OSError, zlib.error), self._open() as (_, stream, _total):
-            # In small reads: a damaged gzip stream still gives what came before the damage.
-            while len(data) < SAMPLE_BYTES and (chunk := stream.read(16384)):
-                data += chunk
-            data = data[:SAMPLE_BYTES]
-        lines = data.decode("utf-8", "replace").splitlines()
-        if len(data) == SAMPLE_BYTES and len(lines) > 1:
-            lines.pop()  # cut off in the middle
-        return lines[:SAMPLE_LINES]
+        """The first lines of the log (decompressed), for the detector; a line too long to be a request's skipped."""
+        lines: list[str] = []
+        scanned = 0
+        damage: str | None = None
+        try:
+            with self._open() as (_, stream, _total):
+                while len(lines) < SAMPLE_LINES and scanned < SAMPLE_SCAN_BYTES:
+                    line = stream.readline(SAMPLE_LINE_BYTES)
+                    scanned += len(line)
+                    if len(line) < SAMPLE_LINE_BYTES or line.endswith(b"\n"):
+                        if not line:
+                            break
+                        lines.append(line.decode("utf-8", "replace"))
+                        continue
+                    while scanned < SAMPLE_SCAN_BYTES and (rest := stream.readline(SAMPLE_LINE_BYTES)):
+                        scanned += len(rest)
+                        if rest.endswith(b"\n"):
+                            break
+        except (EOFError, gzip.BadGzipFile, OSError, zlib.error) as exc:
+            damage = str(exc) or type(exc).__name__  # a damaged stream still gives what came before the damage
+        if not lines and damage:
+            raise ConfigError(f"Log file '{self.path}': its gzip stream is damaged before the first line ({damage}).")
+        if not lines and scanned:
+            raise ConfigError(
+                f"Log file '{self.path}': no line in its first {scanned:,} bytes is shorter than "
+                f"{SAMPLE_LINE_BYTES // 1024} KB, as a request's line would be."
+            )
+        return lines
 
     def _blocks(self, start: int = 0, end: int | None = None) -> Iterator[str]:
         """The log as text blocks of whole lines (about 4 MB each)."""
