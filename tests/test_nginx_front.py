@@ -26,10 +26,18 @@ VISITOR = "127.0.0.2"
 
 def _nginx_config(tmp_path: Path, nginx_port: int, gate_port: int, redirect_port: int, gate_dir: Path) -> Path:
     include = tmp_path / "include"
+    # Crawlers' user agents learned from a log, long ones: the shipped file must size nginx's map hash for them.
+    agents_log = tmp_path / "site-access.log"
+    agents_log.write_text("".join(
+        f'203.0.113.{n} - - [24/Nov/2026:18:30:00 +0000] "GET /t/{n} HTTP/1.1" 200 10 "-" '
+        f'"Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; Googlebot/2.{n}; '
+        f'+http://www.google.com/bot.html) Chrome/131.0.6778.{n} Safari/537.36"\n'
+        for n in range(20)
+    ))  # fmt: skip
     subprocess.run(
         [sys.executable, "-m", "crawlergate", "nginx-config", "--out", str(include), "--gate", f"127.0.0.1:{gate_port}",
          "--cache-dir", str(gate_dir / "l2"), "--direct-log", str(tmp_path / "direct.log"),
-         "--origin", "http://127.0.0.1"],
+         "--origin", "http://127.0.0.1", "--agents-from", str(agents_log)],
         check=True, capture_output=True,
     )  # fmt: skip
     site = CONFIG.read_text()
