@@ -220,7 +220,7 @@ def test_a_gate_on_the_old_shared_folder_never_counts_the_sites_under_it(tmp_pat
 
 def test_a_public_url_and_an_origin_alone_are_not_the_same_site(tmp_path: Path) -> None:
     claim_folder(tmp_path / "l2", FolderOwner(public_url="https://blog.example"))
-    with pytest.raises(ConfigError, match="server.public_url = 'https://blog.example'"):
+    with pytest.raises(ConfigError, match="the public URL 'https://blog.example' .server.public_url, or a site's"):
         claim_folder(tmp_path / "l2", FolderOwner(origin="http://127.0.0.1:9000"))
     claim_folder(tmp_path / "l2", FolderOwner(public_url="https://blog.example", origin="http://127.0.0.1:9000"))
 
@@ -260,3 +260,14 @@ def test_a_cache_folder_that_is_a_file_is_named_so(tmp_path: Path) -> None:
     (tmp_path / "l2").write_text("")
     with pytest.raises(ConfigError, match="is a file, not a folder"):
         claim_folder(tmp_path / "l2", FolderOwner(origin="http://127.0.0.1:8000"))
+    # A path through a file: the file is named, not a marker to delete that is not there.
+    with pytest.raises(ConfigError, match=r"l2/pages cannot be made: \S+/l2 is a file\."):
+        claim_folder(tmp_path / "l2" / "pages", FolderOwner(origin="http://127.0.0.1:8000"))
+
+
+def test_a_site_at_a_new_address_is_told_to_delete_the_marker(tmp_path: Path) -> None:
+    """The same site moved from http to https: giving it its old address back is no advice; deleting the marker is."""
+    claim_folder(tmp_path / "l2", FolderOwner(public_url="http://forum.example"))
+    with pytest.raises(ConfigError, match="delete .+crawlergate-site.json to make the folder this gate's") as refused:
+        claim_folder(tmp_path / "l2", FolderOwner(public_url="https://forum.example"))
+    assert "public_url" not in str(refused.value)

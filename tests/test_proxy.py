@@ -709,10 +709,12 @@ def test_serve_workers_see_the_same_marks(forum: ServerThread, tmp_path: Path) -
     assert all(answer.text == stored.text and "age" in answer.headers for answer in again)
 
 
-def test_serve_warns_at_start_up_when_nothing_answers_at_the_origin(tmp_path: Path) -> None:
-    """A newcomer's serve in front of a site not started yet: a warning line now, not silence until a 502."""
-    port, silent = free_port(), f"http://127.0.0.1:{free_port()}"
+def test_serve_warns_at_start_up_when_nothing_answers_at_the_origin_or_memcached(tmp_path: Path) -> None:
+    """A newcomer's serve in front of a site (or beside a memcached) not started yet: a warning line now, not silence
+    until a 502 (or an L1 that never hits)."""
+    port, silent, memcached = free_port(), f"http://127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
+    environment["CRAWLERGATE_L1_MEMCACHED"] = memcached
     argv = ["serve", "--origin", silent, "--port", str(port), "--cache-dir", str(tmp_path / "l2")]
     process = subprocess.Popen([sys.executable, "-m", "crawlergate", *argv], env=environment, stderr=subprocess.PIPE)
     try:
@@ -723,3 +725,4 @@ def test_serve_warns_at_start_up_when_nothing_answers_at_the_origin(tmp_path: Pa
         process.terminate()
         _, errors = process.communicate(timeout=30)
     assert f"warning: nothing answers at {silent}".encode() in errors
+    assert f"warning: memcached at {memcached} does not answer".encode() in errors

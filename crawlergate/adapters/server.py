@@ -21,7 +21,7 @@ import socket
 import sys
 import tempfile
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import uvicorn
@@ -92,6 +92,7 @@ def run_proxy(settings: Settings) -> int:
     _check_port(server.host, server.port)
     for site in sites:
         _warn_if_origin_is_silent(site.server.origin)
+    _warn_if_memcached_is_silent(server for site in sites for server in site.l1.memcached)
     logs = [path for site in sites if (path := access_log_path(site, standalone=True)) is not None]
     for path in logs:
         os.close(open_log(path))  # an unwritable log stops serve here, in one line, before it listens
@@ -205,15 +206,34 @@ def _warn_if_origin_is_silent(origin: str) -> None:
     not an error: the site may start after the gate."""
     address = urllib.parse.urlsplit(origin)
     port = address.port or (443 if address.scheme == "https" else 80)
+    silent = _silence_at(address.hostname or "", port)
+    if silent:
+        _warn(f"nothing answers at {origin} ({silent}): people get 502 and crawlers their stored pages until the "
+              "site listens there.")  # fmt: skip
+
+
+def _warn_if_memcached_is_silent(servers: Iterable[str]) -> None:
+    """Say at start-up when a memcached server of L1 does not answer (crawlers' pages come from L2 and the site
+    meanwhile); not an error: memcached may start after the gate."""
+    for server in dict.fromkeys(servers):
+        host, _, port = server.rpartition(":")
+        silent = _silence_at(host.strip("[]"), int(port))
+        if silent:
+            _warn(f"memcached at {server} does not answer ({silent}): L1 stores nothing, and crawlers get their "
+                  "pages from L2 and the site, until it does.")  # fmt: skip
+
+
+def _silence_at(host: str, port: int) -> str:
+    """Why nothing accepts a connection at ``host``:``port`` within ORIGIN_PROBE_S; "" when something does."""
     try:
-        socket.create_connection((address.hostname or "", port), timeout=ORIGIN_PROBE_S).close()
+        socket.create_connection((host, port), timeout=ORIGIN_PROBE_S).close()
     except OSError as exc:
-        print(
-            f"crawlergate serve: warning: nothing answers at {origin} ({exc.strerror or exc}): people get 502 and "
-            "crawlers their stored pages until the site listens there.",
-            file=sys.stderr,
-            flush=True,
-        )
+        return str(exc.strerror or exc)
+    return ""
+
+
+def _warn(sentence: str) -> None:
+    print(f"crawlergate serve: warning: {sentence}", file=sys.stderr, flush=True)
 
 
 def _check_port(host: str, port: int) -> None:

@@ -30,6 +30,9 @@ from crawlergate.commands.common import (
 from crawlergate.errors import CrawlerGateError
 from crawlergate.progress import Progress
 
+# The stats' L1 backends (their class names in the JSON) as serve's start line names them.
+_L1_NAMES = {"MemoryStore": "embedded LRU", "MemcachedStore": "memcached"}
+
 
 def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The sub-commands of this family, added to the top parser's."""
@@ -238,14 +241,15 @@ def _format_stats(data: dict[str, Any]) -> str:
     origin_s = origin.get("seconds", {})
     prefetches, evictions = data.get("prefetches", {}), data.get("evictions", {})
     l1, l2 = data.get("l1", {}), data.get("l2", {})
-    l1_fill = f", {l1['used_bytes'] / 1e6:.1f} of {l1['max_bytes'] / 1e6:.0f} MB" if "max_bytes" in l1 else ""
+    l1_fill = f", {l1['used_bytes'] / 2**20:.1f} of {l1['max_bytes'] / 2**20:.0f} MiB" if "max_bytes" in l1 else ""
+    l1_name = _L1_NAMES.get(l1.get("backend", ""), l1.get("backend", "?"))
     lines += [
         f"crawler share: {share.get('requests', 0):.1%} of requests, {share.get('origin_time', 0):.1%} of origin time; "
         f"origin time saved by hits {data.get('origin_time_saved_s', 0):,.1f} s",
         f"origin: {origin.get('requests', 0):,} guest fills ({origin.get('errors', 0):,} errors), "
         f"p50 {origin.get('ttfb_ms', {}).get('p50', 0):,.2f} ms; origin time for crawlers "
         f"{origin_s.get('crawler', 0):,.1f} s, for humans {origin_s.get('human', 0):,.1f} s",
-        f"L1 {l1.get('backend', '?')}{l1_fill}; L2 {l2.get('pages', 0):,} pages, {l2.get('bytes', 0) / 1e6:.1f} MB"
+        f"L1 {l1_name}{l1_fill}; L2 {l2.get('pages', 0):,} pages, {l2.get('bytes', 0) / 1e6:.1f} MB"
         + (f" (loading the folder: {l2['loading']:.0%})" if "loading" in l2 else "")
         + "; "
         f"evicted {evictions.get('l1', 0):,} (L1), {evictions.get('l2', 0):,} (L2); prefetches "

@@ -91,12 +91,18 @@ def claim_folder(folder: Path, owner: FolderOwner) -> None:
     """
     if not owner.known:
         return
-    if folder.exists() and not folder.is_dir():
+    blocking = next((path for path in (folder, *folder.parents) if path.exists() and not path.is_dir()), None)
+    if blocking == folder:
         raise ConfigError(f"The cache folder {folder} is a file, not a folder: give l2.cache_dir a folder.")
+    if blocking is not None:
+        raise ConfigError(f"The cache folder {folder} cannot be made: {blocking} is a file. Give another folder.")
     marker = folder / MARKER_FILE
     recorded = read_owner(marker)
     if recorded is not None and not owner.same_site(recorded):
-        advice = f"give it server.public_url = {recorded.public_url!r}" if recorded.public_url else f"delete {marker}"
+        if recorded.public_url and not owner.public_url:  # the setting forgotten, most likely
+            advice = f"give it the public URL {recorded.public_url!r} (server.public_url, or a site's public_url)"
+        else:  # its pages hold links to the old address until they are filled again
+            advice = f"delete {marker} to make the folder this gate's, or the folder to begin empty"
         raise ConfigError(
             f"The cache folder {folder} holds the pages of {recorded.describe()}, and this gate is for "
             f"{owner.describe()}: give this gate a folder of its own (l2.cache_dir, --cache-dir), or, if it "
