@@ -72,7 +72,7 @@ def main() -> int:
          f"{gated['throughput_rps'] / direct['throughput_rps']:.2f}×"),
     ]  # fmt: skip
     for index, label in enumerate(("small", "medium", "large")):
-        size = f"{sizes[index] / 1e6:.0f} MB"
+        size = f"{sizes[index] / 1e6:.0f} MB" if sizes[index] >= 1e6 else f"{sizes[index] / 1e3:.0f} KB"
         lru = f"{ratios['lru'][index]:.2f} % ({size})"
         rows.append((f"L1 hit ratio, LRU, {label} L1", f"{PAPER['lru'][index]:.2f} %", lru))
         rows.append((f"L1 hit ratio, LRU + human, {label} L1", f"{PAPER['lru+human'][index]:.2f} %",
