@@ -222,7 +222,8 @@ class L1Settings:
     namespace: str = ""
     # The embedded LRU's size (memcached's own size is its -m).
     max_bytes: int = 64 * 1024 * 1024
-    # memcached's default item size limit (-I 1m).
+    # memcached's item size limit (-I; its default 1m): pages within 1 KB of it skip L1, as memcached counts
+    # its item header too. A page memcached refuses all the same fails alone; the server stays in use.
     item_max_bytes: int = 1024 * 1024
     # Milliseconds to connect to a memcached server; past it the request goes on to L2.
     connect_timeout_ms: float = 50.0

@@ -21,13 +21,16 @@ from collections.abc import Callable, Sequence
 
 from pymemcache.client.base import PooledClient
 from pymemcache.client.rendezvous import RendezvousHash
-from pymemcache.exceptions import MemcacheError
+from pymemcache.exceptions import MemcacheClientError, MemcacheError, MemcacheServerError, MemcacheUnexpectedCloseError
 
 from crawlergate.errors import ConfigError, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "cg:"
+# memcached's item limit (-I) counts its item header, key and flags with the value: values this much under
+# item_max_bytes are the largest it takes (1,048,483 bytes of a 1 MiB limit were refused).
+ITEM_OVERHEAD_BYTES = 1024
 # A page's change mark sits beside the page, on the page's server: "m:" + the page's key.
 MARK_PREFIX = "m:"
 
@@ -39,7 +42,7 @@ class MemcachedStore:
         servers: ``HOST:PORT`` strings.
         connect_timeout_s, timeout_s: socket timeouts of every call.
         dead_retry_seconds: how long a failed server is skipped.
-        item_max_bytes: values larger than this skip L1 (memcached refuses items over its ``-I`` limit).
+        item_max_bytes: memcached's ``-I`` limit: values over it, less ITEM_OVERHEAD_BYTES, skip L1.
         namespace: part of every key, so several sites (or staging and production) share servers safely.
         clock: monotonic time, injectable for tests.
     """
@@ -57,7 +60,7 @@ class MemcachedStore:
     ) -> None:
         if not servers:
             raise ConfigError("MemcachedStore needs at least one server (setting 'l1.memcached').")
-        self.item_max_bytes = item_max_bytes
+        self.item_max_bytes = max(item_max_bytes - ITEM_OVERHEAD_BYTES, item_max_bytes // 2)
         self._prefix = f"{KEY_PREFIX}{namespace}:" if namespace else KEY_PREFIX
         self._dead_retry = dead_retry_seconds
         self._clock = clock
@@ -140,7 +143,12 @@ class MemcachedStore:
         try:
             return operation(self._clients[server], self._prefix + key)
         except (OSError, MemcacheError) as exc:
-            self._mark_dead(server, exc)
+            # A server that answered an error refused this item alone ("object too large for cache", "out of
+            # memory storing object" with -M): it is up, and holds every other page still. Skipping it would
+            # empty it for every gate that shares it when it is taken back.
+            answered = isinstance(exc, (MemcacheServerError, MemcacheClientError))
+            if not answered or isinstance(exc, MemcacheUnexpectedCloseError):
+                self._mark_dead(server, exc)
             raise StoreUnavailable(f"memcached {server}: {exc}") from exc
 
     def _live_server(self, key: str) -> str:

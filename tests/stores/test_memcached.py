@@ -40,6 +40,29 @@ def test_memcached_store_skips_items_over_item_limit(memcached_server: Memcached
     store.close()
 
 
+def test_memcached_store_takes_what_memcached_takes_at_its_item_limit(memcached_server: MemcachedServer) -> None:
+    """memcached (-I 1m, its default) counts its item header with the value: the store keeps a margin under it."""
+    store = MemcachedStore([memcached_server.address])  # item_max_bytes: 1 MiB, as memcached's default -I
+    store.set("edge", b"x" * (1024 * 1024 - 60))  # refused by memcached: skipped by the store, no error
+    store.set("under", b"x" * (1024 * 1024 - 2048))
+    assert store.get("edge") is None and store.get("under") == b"x" * (1024 * 1024 - 2048)
+    store.close()
+
+
+def test_memcached_store_an_item_memcached_refuses_fails_alone(memcached_server: MemcachedServer) -> None:
+    """A server that answers an error for one item is up: it keeps serving every other page, and is not emptied
+    (taken out of rotation and flushed on return, as a dead server is, it was emptied for every gate sharing it)."""
+    clock = FakeClock()
+    store = MemcachedStore([memcached_server.address], item_max_bytes=4 * 1024 * 1024, clock=clock)
+    store.set("kept", b"page")
+    with pytest.raises(StoreUnavailable, match="too large"):
+        store.set("big", b"x" * (2 * 1024 * 1024))  # over memcached's -I 1m: SERVER_ERROR object too large
+    assert store.get("kept") == b"page"
+    clock.now += 60  # past any back-off: a server taken out would be flushed when taken back
+    assert store.get("kept") == b"page"
+    store.close()
+
+
 def test_memcached_store_spreads_keys_over_servers(memcached_server: MemcachedServer) -> None:
     second = MemcachedServer()
     second.start()
