@@ -32,6 +32,7 @@ import errno
 import fcntl
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -72,6 +73,9 @@ EVICT_TURN_S = 0.02
 LOAD_PAUSE_S = 0.005
 # On a full disk, a write first frees this share of the cache (or twice the page, if more).
 ENOSPC_EVICT_SHARE = 0.1
+# Free space (or a tenth of the disk, if less) below which a start whose index cannot be opened takes the disk for
+# full: pages are removed, the oldest written first, until this much is free (the index's log needs room).
+START_ROOM_BYTES = 16 * 1024 * 1024
 # How get_at_once reads a page on the event loop: the preadv flags, or THREAD_READS (it does not).
 NOWAIT_READS = os.RWF_NOWAIT
 MEMORY_READS = 0
@@ -116,20 +120,56 @@ class DiskStore:
         after_fork_in_child(self, DiskStore._forget_parent)
 
     def start(self) -> None:
-        """Create the directory and open its index, then load the folder in the background (see the module)."""
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            probe = self.root / f"{_TEMP_PREFIX}probe-{os.getpid()}-{threading.get_ident()}"
-            probe.write_bytes(b"")
-            probe.unlink()
-            self.index.open()
-        except (OSError, StoreUnavailable) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            raise ConfigError(f"Cache directory '{self.root}' is not usable: {reason}.") from None
+        """Create the directory and open its index, then load the folder in the background (see the module). On a
+        full disk, the oldest pages make room first: a gate that cannot start leaves people without the site."""
+        for attempt in (1, 2):
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                probe = self.root / f"{_TEMP_PREFIX}probe-{os.getpid()}-{threading.get_ident()}"
+                probe.write_bytes(b"")
+                probe.unlink()
+                self.index.open()
+                break
+            except (OSError, StoreUnavailable) as exc:
+                if attempt == 1 and self._room_made_on_a_full_disk():
+                    continue
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                raise ConfigError(f"Cache directory '{self.root}' is not usable: {reason}.") from None
         self._started_at = self._clock()
         self._loaded.clear()
         self._running = True
         self._start_housekeeper()
+
+    def _room_made_on_a_full_disk(self) -> bool:
+        """When the folder's disk is full: remove pages, the oldest written first (their recency is in the index,
+        which cannot open), until START_ROOM_BYTES (or a tenth of a small disk) are free; whether any was. The
+        loader drops their rows."""
+        try:
+            usage = shutil.disk_usage(self.root)
+        except OSError:
+            return False
+        wanted = min(START_ROOM_BYTES, usage.total // 10)
+        if usage.free >= wanted:
+            return False  # not full: another fault, for the caller to name
+        pages = []
+        for shard in SHARDS:
+            with contextlib.suppress(OSError), os.scandir(self.root / shard) as entries:
+                pages += [(entry.stat().st_mtime, entry.path) for entry in entries if entry.name.endswith(SUFFIX)]
+        pages.sort()
+        removed = freed = 0
+        for _, path in pages:
+            if shutil.disk_usage(self.root).free >= wanted:
+                break
+            with contextlib.suppress(OSError):
+                freed += os.stat(path).st_blocks * 512
+                os.unlink(path)
+                removed += 1
+        if removed:
+            logger.warning(
+                "the disk of L2 %s is full: removed %d pages (%.1f MB), the oldest written, to open its index",
+                self.root, removed, freed / 1e6,
+            )  # fmt: skip
+        return removed > 0
 
     def close(self) -> None:
         self._running = False

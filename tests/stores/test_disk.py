@@ -493,3 +493,34 @@ def test_disk_store_eviction_cut_short_by_a_failure_leaves_no_row_without_its_fi
     assert {key for key in keys if store.has_file(key)} == rows == set(keys[2:])
     assert store.index.totals()[:2] == (3, 3 * 4096)
     store.close()
+
+
+def test_disk_store_starts_on_a_full_disk_by_removing_the_oldest_pages(tmp_path: Path) -> None:
+    """Something else filled the disk while the gate was down: its index cannot open, and a gate that does not
+    start leaves people without the site. The oldest pages make room; the newest stay."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(small)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("tmpfs cannot be mounted here")
+    try:
+        store = DiskStore(small / "l2", max_bytes=10**9)
+        store.start()
+        pages = {f"{number:02x}" + "0" * 30: os.urandom(40_000) for number in range(40)}
+        for key, data in pages.items():
+            store.set(key, data)
+            time.sleep(0.002)  # one after the other, by their files' times
+        store.close()
+        with open(small / "other-data", "wb") as other, contextlib.suppress(OSError):
+            while True:
+                other.write(b"\0" * 65536)
+                other.flush()
+        restarted = DiskStore(small / "l2", max_bytes=10**9)
+        restarted.start()  # "disk I/O error" opening the index, before
+        try:
+            kept = [key for key in pages if restarted.get(key) == pages[key]]
+            assert 0 < len(kept) < len(pages) and kept == list(pages)[-len(kept) :]
+        finally:
+            restarted.close()
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
