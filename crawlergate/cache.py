@@ -226,7 +226,7 @@ class TwoLevelCache:
         once the writer reaches it (they would fill it again meanwhile). Returns its bytes as stored."""
         self._forget(key.digest)
         self._l2_in_use.pop(key.digest, None)
-        data = page.to_bytes()
+        data = page.to_bytes(key.target)
         # Under the held lock: an invalidation (which takes it too) comes wholly before the put, or after, and then
         # deletes the L1 copy this put made.
         with self._held_lock:
@@ -369,7 +369,7 @@ class TwoLevelCache:
         self, store: Store | DiskStore, key: CacheKey, data: bytes, kind: str, *, verify: bool = True
     ) -> Page | None:
         try:
-            return Page.from_bytes(data, verify=verify)
+            return Page.from_bytes(data, verify=verify, target=key.target)
         except CorruptPage as exc:
             self.metrics.count("corrupt_pages")
             logger.warning("dropping corrupt cached page %s (%s): %s", key.target, key.digest, exc)

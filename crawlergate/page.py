@@ -90,27 +90,30 @@ class Page:
     def is_expired(self, now: float) -> bool:
         return now >= self.expires_at
 
-    def to_bytes(self) -> bytes:
-        meta = json.dumps(
-            {
-                "s": self.status,
-                "ct": self.content_type,
-                "et": self.etag,
-                "lm": self.last_modified,
-                "g": self.generated_at,
-                "x": self.expires_at,
-                "h": self.headers,
-                "n": len(self.body_gz),
-                "gm": self.generation_ms,
-            },
-            separators=(",", ":"),
-        ).encode()
+    def to_bytes(self, target: str = "") -> bytes:
+        """The page as stored; ``target``, the cache key's (gate/keys.py), is kept in it to be checked on read."""
+        fields = {
+            "s": self.status,
+            "ct": self.content_type,
+            "et": self.etag,
+            "lm": self.last_modified,
+            "g": self.generated_at,
+            "x": self.expires_at,
+            "h": self.headers,
+            "n": len(self.body_gz),
+            "gm": self.generation_ms,
+        }
+        if target:
+            fields["t"] = target
+        meta = json.dumps(fields, separators=(",", ":")).encode()
         checksum = zlib.crc32(self.body_gz, zlib.crc32(meta))
         return _HEADER.pack(_MAGIC, len(meta), checksum) + meta + self.body_gz
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, verify: bool = True) -> Page:
-        """Parse a blob written by ``to_bytes``; raises CorruptPage when it is not whole.
+    def from_bytes(cls, data: bytes, *, verify: bool = True, target: str | None = None) -> Page:
+        """Parse a blob written by ``to_bytes``; raises CorruptPage when it is not whole, or (given the ``target``
+        it is read for) when it was stored for another target: a file copied or renamed over another page's, as
+        nginx checks the key kept in each of its cache files. A page stored without its target passes.
 
         ``verify=False`` skips the CRC (lengths and ranges are still checked): memcached and the
         in-process store hand back whole values, so only pages read from disk need the checksum.
@@ -126,6 +129,9 @@ class Page:
             body = data[start:]
             if len(body) != meta["n"]:
                 raise CorruptPage(f"body is {len(body)} bytes; expected {meta['n']}")
+            stored_for = meta.get("t")
+            if target is not None and stored_for is not None and stored_for != target:
+                raise CorruptPage(f"stored for {str(stored_for)[:200]!r}")
             status = int(meta["s"])
             if not 200 <= status <= 599:
                 raise CorruptPage(f"status {status} is no answer a page can have")

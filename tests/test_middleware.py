@@ -362,6 +362,25 @@ async def test_middleware_corrupt_l2_page_is_never_served(
     assert len(site.seen) == 2
 
 
+async def test_middleware_a_page_file_copied_over_another_pages_is_never_served_for_it(
+    make_gate: Callable[..., CrawlerGateMiddleware], site: Site
+) -> None:
+    """A page keeps the target it was stored for, and is read only for it (nginx keeps each cache file's key): a
+    valid file copied or renamed onto another page's (an operator's rsync, a restore) was that page's hit."""
+    gate = make_gate()
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        await client.get("/t/2", headers=GOOGLEBOT)
+        gate.filler.writer.flush()
+        first, second = gate.core.keys.key_for(b"/t/1"), gate.core.keys.key_for(b"/t/2")
+        assert first is not None and second is not None
+        gate.cache.l1.delete(second.digest)
+        gate.cache.l2.path_for(second.digest).write_bytes(gate.cache.l2.path_for(first.digest).read_bytes())
+        response = await client.get("/t/2", headers=GOOGLEBOT)
+    assert response.headers["x-crawlergate"] == "miss" and response.text == PAGE + "2"
+    assert gate.stats()["corrupt_pages"] == 1
+
+
 async def test_middleware_unwritable_l2_still_answers(
     make_gate: Callable[..., CrawlerGateMiddleware], tmp_path: Path
 ) -> None:

@@ -24,6 +24,15 @@ def test_page_roundtrip_and_gzip_is_deterministic() -> None:
     assert page.is_expired(1060.5) and not page.is_expired(1060.0)
 
 
+def test_page_is_read_only_for_the_target_it_was_stored_for() -> None:
+    page = _page()
+    stored = page.to_bytes("/t/1?page=2")
+    assert Page.from_bytes(stored, target="/t/1?page=2") == page
+    with pytest.raises(CorruptPage, match="stored for '/t/1.page=2'"):
+        Page.from_bytes(stored, target="/t/2")
+    assert Page.from_bytes(page.to_bytes(), target="/t/2") == page  # stored before targets were kept: read
+
+
 def test_page_etag_depends_on_content_only() -> None:
     assert _page(b"a").etag == Page.from_response(200, b"a", content_type="x", generated_at=5, ttl_seconds=1).etag
     assert _page(b"a").etag != _page(b"b").etag
