@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import functools
 import hashlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -25,6 +26,7 @@ from crawlergate.cache import TwoLevelCache
 from crawlergate.classify import Classifier
 from crawlergate.config import Settings, default_cache_root
 from crawlergate.devices import DEVICES_FILE, load_device_classes
+from crawlergate.errors import ConfigError
 from crawlergate.front.directlog import DirectLog
 from crawlergate.gate.accesslog import AccessLog
 from crawlergate.gate.catalogue import PageCatalogue
@@ -62,6 +64,8 @@ DIRECT_LOG_LOCK = ".direct-log.lock"
 DEMAND_FLUSH_WAIT_S = 2.0
 # How long shutdown waits for the off-peak job's tick under way (a lookup of the lease and the window) to end.
 TICK_WAIT_S = 5.0
+
+logger = logging.getLogger(__name__)
 
 
 def access_log_path(settings: Settings, *, standalone: bool) -> Path | None:
@@ -205,6 +209,15 @@ def with_own_folder(settings: Settings, owner: FolderOwner) -> Settings:
     return settings
 
 
+def _claim_again(folder: Path, owner: FolderOwner) -> None:
+    """The folder was removed under the gate, which makes it again: its marker back (another site's gate may have
+    claimed it meanwhile: then this one's pages go on, and the next start says whose it is)."""
+    try:
+        claim_folder(folder, owner)
+    except (ConfigError, OSError) as exc:
+        logger.warning("the cache folder %s was removed and made again, but not claimed: %s", folder, exc)
+
+
 def build_cache(settings: Settings, metrics: Metrics) -> TwoLevelCache:
     """L1 and L2 as the settings say: memcached when servers are given, else the embedded LRU."""
     l1: Store
@@ -257,6 +270,8 @@ class GateRuntime:
             claim_folder(settings.cache_dir, owner)
         self.settings = settings
         self.core = build_core(settings, cache=cache, classifier=classifier, clock=clock)
+        if cache is None:
+            self.core.cache.l2.on_folder_made = functools.partial(_claim_again, settings.cache_dir, owner)
         self.filler = build_filler(self.core)
         self.core.catalogue.before_demand = functools.partial(self.filler.writer.flush, DEMAND_FLUSH_WAIT_S)
         self.invalidation = build_invalidation(self.core, self.filler)

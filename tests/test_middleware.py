@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.cache import TwoLevelCache
 from crawlergate.config import CacheSettings, L1Settings, L2Settings, ServerSettings, Settings
+from crawlergate.errors import ConfigError
 from crawlergate.metrics import Metrics
 from crawlergate.stores.disk import INDEX_FILE, LOADER_LOCK_FILE, DiskStore
 from crawlergate.stores.memcached import MemcachedStore
-from crawlergate.stores.owner import MARKER_FILE
+from crawlergate.stores.owner import MARKER_FILE, FolderOwner, claim_folder
 from tests.conftest import MemcachedServer
 from tests.visitors import FIREFOX, GOOGLEBOT
 
@@ -379,6 +381,23 @@ async def test_middleware_a_page_file_copied_over_another_pages_is_never_served_
         response = await client.get("/t/2", headers=GOOGLEBOT)
     assert response.headers["x-crawlergate"] == "miss" and response.text == PAGE + "2"
     assert gate.stats()["corrupt_pages"] == 1
+
+
+async def test_middleware_a_cache_folder_removed_under_the_gate_is_claimed_again(
+    make_gate: Callable[..., CrawlerGateMiddleware], tmp_path: Path
+) -> None:
+    """An operator empties the cache with rm -rf while the gate runs: the gate fills the folder again, and its
+    marker goes back with it, or a gate of another site given the folder would claim it and serve these pages."""
+    gate = make_gate(server=ServerSettings(public_url="http://forum.test"))
+    async with _client(gate) as client:
+        await client.get("/t/1", headers=GOOGLEBOT)
+        gate.filler.writer.flush()
+        shutil.rmtree(tmp_path / "l2")
+        await client.get("/t/2", headers=GOOGLEBOT)
+        gate.filler.writer.flush()
+    assert (tmp_path / "l2" / MARKER_FILE).exists()
+    with pytest.raises(ConfigError, match="holds the pages of"):
+        claim_folder(tmp_path / "l2", FolderOwner(public_url="http://wiki.test"))
 
 
 async def test_middleware_unwritable_l2_still_answers(

@@ -117,6 +117,9 @@ class DiskStore:
         # Called in the index's transaction for each page deleted or evicted: drops what else belongs to the page
         # (its published copy) and returns the bytes that freed.
         self.on_delete: Callable[[str], int] = _no_twin
+        # Called when a write finds the folder gone (removed under the gate) and makes it again: its owner's marker
+        # goes back (stores/owner.py), or a gate of another site could claim the folder this one fills.
+        self.on_folder_made: Callable[[], None] = _nothing
         after_fork_in_child(self, DiskStore._forget_parent)
 
     def start(self) -> None:
@@ -357,8 +360,11 @@ class DiskStore:
             try:
                 try:
                     handle = open(temp, "wb")  # noqa: SIM115 - closed below, whichever open made it
-                except FileNotFoundError:  # the shard's first page
+                except FileNotFoundError:  # the shard's first page, or the folder removed under the gate
+                    remade = not os.path.isdir(self._root)
                     os.makedirs(folder, exist_ok=True)
+                    if remade:
+                        self.on_folder_made()
                     handle = open(temp, "wb")  # noqa: SIM115
                 with handle:
                     handle.write(value)
