@@ -416,6 +416,23 @@ async def test_middleware_unwritable_l2_still_answers(
     assert gate.stats()["crawler"]["store_errors"] >= 1
 
 
+async def test_middleware_stats_hold_when_the_folder_turned_unusable_before_regeneration_opened(
+    make_gate: Callable[..., CrawlerGateMiddleware], tmp_path: Path
+) -> None:
+    """The regeneration's tables open at their first use: a folder that turned unusable since start-up (read-only,
+    a full disk) made stats and metrics answer 500 with a traceback. They answer, saying what is unavailable."""
+    gate = make_gate()
+    gate.start()
+    catalogue = tmp_path / "l2" / "dirty.sqlite3"
+    catalogue.unlink()
+    catalogue.mkdir()  # what cannot be opened as a database, as a read-only folder's file cannot be
+    async with _client(gate) as client:
+        stats = await client.get("/_crawlergate/stats")
+        metrics = await client.get("/_crawlergate/metrics")
+    assert stats.status_code == 200 and "not usable" in stats.json()["regeneration"]["error"]
+    assert metrics.status_code == 200 and "crawlergate_l2_pages" in metrics.text
+
+
 async def test_middleware_huge_url_is_refused_cleanly(
     make_gate: Callable[..., CrawlerGateMiddleware], site: Site
 ) -> None:

@@ -9,8 +9,10 @@ the pages marked changed, and the regeneration's figures when the gate regenerat
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
+from crawlergate.gate.catalogue import IndexUnavailable
 from crawlergate.gate.engine import GateCore
 from crawlergate.regenerate.schedule import OffPeakJob
 
@@ -46,7 +48,10 @@ class GateFigures:
         data["dirty"] = self.dirty_count()
         data.update(core.cache.usage())
         if self.regeneration is not None:
-            data["regeneration"] = self.regeneration.status()
+            try:
+                data["regeneration"] = self.regeneration.status()
+            except IndexUnavailable as exc:  # the folder turned unusable: the rest of the figures still hold
+                data["regeneration"] = {"error": str(exc)}
         return data
 
     def _fills_written(self) -> None:
@@ -73,6 +78,7 @@ class GateFigures:
         }
         counters: dict[str, tuple[str, int]] = {}
         if self.regeneration is not None:
-            more_gauges, counters = self.regeneration.prometheus()
-            gauges |= more_gauges
+            with contextlib.suppress(IndexUnavailable):  # stats says why; the other gauges still hold
+                more_gauges, counters = self.regeneration.prometheus()
+                gauges |= more_gauges
         return core.metrics.prometheus(gauges, counters)

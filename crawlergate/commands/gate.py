@@ -277,7 +277,9 @@ def _format_stats(data: dict[str, Any]) -> str:
                  for name, family in families]  # fmt: skip
         lines.append("top crawler families: " + "; ".join(shown))
     regeneration = data.get("regeneration")
-    if regeneration:
+    if regeneration and "error" in regeneration:
+        lines.append(f"regeneration: unavailable ({regeneration['error']})")
+    elif regeneration:
         last = regeneration.get("last_window") or {}
         next_at = regeneration.get("next_window")
         next_text = time.strftime("%Y-%m-%d %H:%M", time.localtime(next_at)) if next_at else "none"

@@ -191,9 +191,17 @@ class RegenerationState:
             rows = database.execute("SELECT value FROM regeneration WHERE name = ?", (name,)).fetchall()
         return json.loads(rows[0][0]) if rows else None
 
+    def _opened(self) -> None:
+        """Open the tables at their first use (a gate whose job never started still reports the command's passes);
+        a folder that turned unusable since start-up is IndexUnavailable there, as a failed read is."""
+        try:
+            self.start()
+        except ConfigError as exc:
+            raise IndexUnavailable(str(exc).rstrip(".")) from None
+
     def _read(self, query: str, parameters: tuple[Any, ...] = ()) -> list[Any]:
         if self._connection is None:
-            self.start()  # a gate whose job never started still reports the command's passes
+            self._opened()
         try:
             with self._lock:
                 return self._db().execute(query, parameters).fetchall()
@@ -208,7 +216,7 @@ class RegenerationState:
     @contextlib.contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
         if self._connection is None:
-            self.start()
+            self._opened()
         try:
             with self._lock:
                 database = self._db()
