@@ -272,10 +272,13 @@ class TwoLevelCache:
                 self.l1.delete(digest)
 
     def usage(self) -> dict[str, dict[str, object]]:
-        """What each level holds (bytes used and allowed; L1's only when it is in this process)."""
+        """What each level holds (bytes used and allowed; a memcached L1's as each server says, or why it is not
+        in use)."""
         l1: dict[str, object] = {"backend": type(self.l1).__name__}
         if isinstance(self.l1, MemoryStore):
             l1 |= {"pages": len(self.l1), "used_bytes": self.l1.used_bytes, "max_bytes": self.l1.max_bytes}
+        elif isinstance(self.l1, MemcachedStore):
+            l1["servers"] = self.l1.status()
         pages, used_bytes, loading = self.l2.figures()
         l2: dict[str, object] = {"pages": pages, "bytes": used_bytes, "max_bytes": self.l2.max_bytes}
         if loading is not None:

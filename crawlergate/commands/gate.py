@@ -243,6 +243,7 @@ def _format_stats(data: dict[str, Any]) -> str:
     l1, l2 = data.get("l1", {}), data.get("l2", {})
     l1_fill = f", {l1['used_bytes'] / 2**20:.1f} of {l1['max_bytes'] / 2**20:.0f} MiB" if "max_bytes" in l1 else ""
     l1_name = _L1_NAMES.get(l1.get("backend", ""), l1.get("backend", "?"))
+    l1_fill += "".join(f", {_l1_server(name, server)}" for name, server in l1.get("servers", {}).items())
     lines += [
         f"crawler share: {share.get('requests', 0):.1%} of requests, {share.get('origin_time', 0):.1%} of origin time; "
         f"origin time saved by hits {data.get('origin_time_saved_s', 0):,.1f} s",
@@ -416,6 +417,16 @@ def _run_regenerate(args: argparse.Namespace) -> int:
         print("crawlergate: the origin answered none of the pass's requests", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _l1_server(name: str, server: dict[str, Any]) -> str:
+    """One memcached server of L1 as ``stats`` shows it."""
+    if server.get("up"):
+        used, most = server.get("used_bytes", 0) / 2**20, server.get("max_bytes", 0) / 2**20
+        return f"{name} {used:.1f} of {most:.0f} MiB, {server.get('evictions', 0):,} evicted"
+    if "skipped_s" in server:
+        return f"{name} down (tried again in {server['skipped_s']:.0f} s)"
+    return f"{name} down ({server.get('error', '?')})"
 
 
 def _gate_base(url: str) -> str:

@@ -138,6 +138,32 @@ class MemcachedStore:
         for client in self._clients.values():
             client.close()
 
+    def status(self) -> dict[str, dict[str, object]]:
+        """Each server's figures as memcached gives them (``stats``: items, bytes, its ``-m``, its evictions), or why
+        it is not in use: for the gate's stats. A server skipped after a failure is not asked."""
+        now = self._clock()
+        servers: dict[str, dict[str, object]] = {}
+        for server, client in self._clients.items():
+            dead_until = self._dead_until.get(server)
+            if dead_until is not None and now < dead_until:
+                servers[server] = {"up": False, "skipped_s": round(dead_until - now, 1)}
+                continue
+            try:
+                figures = client.stats()
+            except (OSError, MemcacheError) as exc:
+                servers[server] = {"up": False, "error": str(exc) or type(exc).__name__}
+                continue
+            servers[server] = {"up": True} | {
+                name: int(figures.get(field, 0))
+                for name, field in (
+                    ("items", b"curr_items"),
+                    ("used_bytes", b"bytes"),
+                    ("max_bytes", b"limit_maxbytes"),
+                    ("evictions", b"evictions"),
+                )
+            }
+        return servers
+
     def _call(self, key: str, operation: Callable[[PooledClient, str], object]) -> object:
         server = self._ring.get_node(key) if not self._dead_until else self._live_server(key)
         try:

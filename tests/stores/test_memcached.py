@@ -3,6 +3,8 @@ namespaces, and a dead or restarted server backed off from and taken back."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from crawlergate.errors import StoreUnavailable
@@ -60,6 +62,25 @@ def test_memcached_store_an_item_memcached_refuses_fails_alone(memcached_server:
     assert store.get("kept") == b"page"
     clock.now += 60  # past any back-off: a server taken out would be flushed when taken back
     assert store.get("kept") == b"page"
+    store.close()
+
+
+def test_memcached_store_status_says_what_each_server_holds_or_why_it_is_not_in_use(
+    memcached_server: MemcachedServer,
+) -> None:
+    silent = f"127.0.0.1:{free_port()}"
+    clock = FakeClock()
+    store = MemcachedStore([memcached_server.address, silent], clock=clock)
+    for number in range(20):
+        with contextlib.suppress(StoreUnavailable):  # the keys of the silent server fail, and it is skipped
+            store.set(f"k{number}", b"x" * 1000)
+    status = store.status()
+    up = status[memcached_server.address]
+    assert up["up"] and up["items"] >= 1 and up["used_bytes"] > 0 and up["evictions"] == 0
+    assert up["max_bytes"] == memcached_server.memory_mb * 2**20
+    assert status[silent] == {"up": False, "skipped_s": 10.0}
+    clock.now += 11
+    assert status[silent]["up"] is False and "error" in store.status()[silent]
     store.close()
 
 
