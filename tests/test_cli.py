@@ -47,6 +47,15 @@ def test_cli_a_list_that_is_no_text_is_refused_in_one_line(
     assert "is not text (it holds NUL bytes)" in captured.err and not captured.out
 
 
+def test_cli_classify_file_reads_a_pipe_whole() -> None:
+    """`--file <(zcat agents.gz)`: the check for text looks at the start without taking it from the pipe."""
+    lines = [f"Googlebot/2.1 n{number}" for number in range(1000)]
+    command = [sys.executable, "-m", "crawlergate", "classify", "--file", "/dev/stdin"]
+    done = subprocess.run(command, input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"crawler\t{line}" for line in lines]
+
+
 def test_cli_classify_families_column(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["classify", "--families", "python-requests/2.31"]) == 0
     assert capsys.readouterr().out == "crawler\tHTTP libraries\tlibrary\tpython-requests/2.31\n"

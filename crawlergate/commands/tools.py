@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import time
@@ -151,14 +152,14 @@ def _read_lines(path: Path) -> Iterable[str]:
     if str(path) == "-":
         return (line.rstrip("\r\n") for line in sys.stdin)
     try:
-        with path.open("rb") as probe:
-            binary = b"\0" in probe.read(8192)
-        handle = path.open(encoding="utf-8", errors="replace", newline="")
+        raw = path.open("rb")
+        start = raw.peek(8192)[:8192]  # looked at, not taken: a pipe is read once
     except OSError as exc:
         raise CrawlerGateError(f"File '{path}' cannot be read: {exc.strerror}.") from None
-    if binary:
-        handle.close()
+    if b"\0" in start:
+        raw.close()
         raise CrawlerGateError(f"File '{path}' is not text (it holds NUL bytes): give one user agent a line.")
+    handle = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
 
     def lines() -> Iterable[str]:
         with handle:

@@ -33,6 +33,7 @@ import fcntl
 import logging
 import os
 import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -43,7 +44,7 @@ from crawlergate.errors import ConfigError, StoreUnavailable
 from crawlergate.forksafe import after_fork_in_child
 from crawlergate.stores.l2index import IndexWrite, L2Index
 from crawlergate.stores.mounts import IN_MEMORY, file_system_type
-from crawlergate.stores.owner import SITES_FOLDER
+from crawlergate.stores.owner import MARKER_FILE, SITES_FOLDER
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ ENOSPC_EVICT_SHARE = 0.1
 # Free space (or a tenth of the disk, if less) below which a start whose index cannot be opened takes the disk for
 # full: pages are removed, the oldest written first, until this much is free (the index's log needs room).
 START_ROOM_BYTES = 16 * 1024 * 1024
+START_ROOM_INODES = 64
 # How get_at_once reads a page on the event loop: the preadv flags, or THREAD_READS (it does not).
 NOWAIT_READS = os.RWF_NOWAIT
 MEMORY_READS = 0
@@ -117,8 +119,9 @@ class DiskStore:
         # Called in the index's transaction for each page deleted or evicted: drops what else belongs to the page
         # (its published copy) and returns the bytes that freed.
         self.on_delete: Callable[[str], int] = _no_twin
-        # Called when a write finds the folder gone (removed under the gate) and makes it again: its owner's marker
-        # goes back (stores/owner.py), or a gate of another site could claim the folder this one fills.
+        # Called when a write makes a shard folder and finds no owner's marker (the folder was removed under the gate,
+        # and made again by it or by something else): the marker goes back (stores/owner.py), or a gate of another
+        # site could claim the folder this one fills.
         self.on_folder_made: Callable[[], None] = _nothing
         after_fork_in_child(self, DiskStore._forget_parent)
 
@@ -134,7 +137,7 @@ class DiskStore:
                 self.index.open()
                 break
             except (OSError, StoreUnavailable) as exc:
-                if attempt == 1 and self._room_made_on_a_full_disk():
+                if attempt == 1 and _no_space(exc) and self._room_made_on_a_full_disk():
                     continue
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 raise ConfigError(f"Cache directory '{self.root}' is not usable: {reason}.") from None
@@ -144,16 +147,16 @@ class DiskStore:
         self._start_housekeeper()
 
     def _room_made_on_a_full_disk(self) -> bool:
-        """When the folder's disk is full: remove pages, the oldest written first (their recency is in the index,
-        which cannot open), until START_ROOM_BYTES (or a tenth of a small disk) are free; whether any was. The
-        loader drops their rows."""
+        """When the folder's disk is out of space or of inodes: remove pages, the oldest written first (their recency
+        is in the index, which cannot open), until START_ROOM_BYTES (or a tenth of a small disk) and some inodes are
+        free; whether any was. The loader drops their rows."""
         try:
-            usage = shutil.disk_usage(self.root)
+            total = shutil.disk_usage(self.root).total
         except OSError:
             return False
-        wanted = min(START_ROOM_BYTES, usage.total // 10)
-        if usage.free >= wanted:
-            return False  # not full: another fault, for the caller to name
+        wanted = min(START_ROOM_BYTES, total // 10)
+        if self._room_enough(wanted):
+            return False  # room enough: another fault, for the caller to name
         pages = []
         for shard in SHARDS:
             with contextlib.suppress(OSError), os.scandir(self.root / shard) as entries:
@@ -161,11 +164,12 @@ class DiskStore:
         pages.sort()
         removed = freed = 0
         for _, path in pages:
-            if shutil.disk_usage(self.root).free >= wanted:
+            if self._room_enough(wanted):
                 break
             with contextlib.suppress(OSError):
-                freed += os.stat(path).st_blocks * 512
+                size = os.stat(path).st_blocks * 512
                 os.unlink(path)
+                freed += size
                 removed += 1
         if removed:
             logger.warning(
@@ -173,6 +177,15 @@ class DiskStore:
                 self.root, removed, freed / 1e6,
             )  # fmt: skip
         return removed > 0
+
+    def _room_enough(self, wanted: int) -> bool:
+        """Whether ``wanted`` bytes and START_ROOM_INODES inodes are free (file systems without inodes count none)."""
+        try:
+            room = os.statvfs(self.root)
+        except OSError:
+            return True
+        inodes_free = room.f_favail >= START_ROOM_INODES or room.f_files == 0
+        return room.f_bavail * room.f_frsize >= wanted and inodes_free
 
     def close(self) -> None:
         self._running = False
@@ -361,9 +374,8 @@ class DiskStore:
                 try:
                     handle = open(temp, "wb")  # noqa: SIM115 - closed below, whichever open made it
                 except FileNotFoundError:  # the shard's first page, or the folder removed under the gate
-                    remade = not os.path.isdir(self._root)
                     os.makedirs(folder, exist_ok=True)
-                    if remade:
+                    if not os.path.exists(f"{self._root}/{MARKER_FILE}"):  # whoever made the folder again
                         self.on_folder_made()
                     handle = open(temp, "wb")  # noqa: SIM115
                 with handle:
@@ -633,6 +645,16 @@ def _size_of(path: Path) -> int:
 
 def _nothing() -> None:
     pass
+
+
+def _no_space(error: BaseException) -> bool:
+    """Whether a failure to open the folder comes from a full disk: ENOSPC, or SQLite's "full" or its I/O error
+    (what creating an index's shared-memory file on a full disk gives); never a lock, a permission, a damage."""
+    cause = error.__cause__ or error
+    if isinstance(cause, OSError):
+        return cause.errno in (errno.ENOSPC, errno.EDQUOT)
+    code = getattr(cause, "sqlite_errorcode", 0) & 0xFF
+    return isinstance(cause, sqlite3.Error) and code in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
 
 
 def _no_twin(key: str) -> int:

@@ -262,7 +262,7 @@ class L2Index:
                     connection = _connect(self.path)
                 self._inode = os.stat(self.path).st_ino
         except (OSError, sqlite3.Error) as exc:
-            raise StoreUnavailable(f"L2 index {self.path} is not usable: {exc}") from None
+            raise StoreUnavailable(f"L2 index {self.path} is not usable: {exc}") from exc  # its cause says why
         self._connection = connection
 
     def _rebuild_locked(self, error: sqlite3.Error) -> None:

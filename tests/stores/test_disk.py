@@ -524,3 +524,29 @@ def test_disk_store_starts_on_a_full_disk_by_removing_the_oldest_pages(tmp_path:
             restarted.close()
     finally:
         subprocess.run(["umount", str(small)], check=False)
+
+
+def test_disk_store_starts_on_a_disk_out_of_inodes(tmp_path: Path) -> None:
+    """Out of inodes with bytes free is a full disk too: the oldest pages make room for the index."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,nr_inodes=300", "tmpfs", str(small)])
+    if mounted.returncode != 0:
+        pytest.skip("tmpfs cannot be mounted here")
+    try:
+        store = DiskStore(small / "l2", max_bytes=10**9)
+        store.start()
+        for number in range(150):
+            store.set(f"{number:032x}", os.urandom(2000))
+        store.close()
+        others = small / "other"
+        others.mkdir()
+        with contextlib.suppress(OSError):
+            for number in range(1000):
+                (others / str(number)).touch()
+        restarted = DiskStore(small / "l2", max_bytes=10**9)
+        restarted.start()  # "No space left on device" before, with megabytes free
+        restarted.close()
+        assert 0 < len(list((small / "l2").glob("??/*.page"))) < 150
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
