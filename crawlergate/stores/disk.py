@@ -78,6 +78,8 @@ ENOSPC_EVICT_SHARE = 0.1
 # full: pages are removed, the oldest written first, until this much is free (the index's log needs room).
 START_ROOM_BYTES = 16 * 1024 * 1024
 START_ROOM_INODES = 64
+# Seconds between two warnings of pages L2 could not write (a full disk fails every fill).
+WRITE_WARNING_INTERVAL_S = 60.0
 # How get_at_once reads a page on the event loop: the preadv flags, or THREAD_READS (it does not).
 NOWAIT_READS = os.RWF_NOWAIT
 MEMORY_READS = 0
@@ -123,6 +125,9 @@ class DiskStore:
         # and made again by it or by something else): the marker goes back (stores/owner.py), or a gate of another
         # site could claim the folder this one fills.
         self.on_folder_made: Callable[[], None] = _nothing
+        # Pages not written since the last warning of it, and when the next may come (monotonic).
+        self._unwritten = 0
+        self._next_write_warning = 0.0
         after_fork_in_child(self, DiskStore._forget_parent)
 
     def start(self) -> None:
@@ -362,8 +367,17 @@ class DiskStore:
                 with contextlib.suppress(OSError):
                     os.unlink(temp)  # not put in place
         if failed is not None:
-            logger.warning("L2 write failed for %d of %d pages: %s", len(pages) - len(placed), len(pages), failed)
+            self._warn_of_failed_writes(len(pages) - len(placed), failed)
         return placed
+
+    def _warn_of_failed_writes(self, pages: int, error: OSError) -> None:
+        """Say that pages were not written, once a minute at most: a disk that cannot take them fails every fill."""
+        self._unwritten += pages
+        now = time.monotonic()
+        if now >= self._next_write_warning:
+            self._next_write_warning = now + WRITE_WARNING_INTERVAL_S
+            logger.warning("L2 write failed for %d page(s) since the last warning: %s", self._unwritten, error)
+            self._unwritten = 0
 
     def _write_temp(self, key: str, value: bytes) -> str:
         """The page in a temporary file beside its place; a full disk makes room for one more try."""

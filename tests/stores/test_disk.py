@@ -550,3 +550,18 @@ def test_disk_store_starts_on_a_disk_out_of_inodes(tmp_path: Path) -> None:
         assert 0 < len(list((small / "l2").glob("??/*.page"))) < 150
     finally:
         subprocess.run(["umount", str(small)], check=False)
+
+
+def test_disk_store_warns_of_failed_writes_once_a_minute(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A disk that cannot take pages fails every fill: one line a minute says how many, not one line a fill."""
+    store = DiskStore(tmp_path / "l2", max_bytes=10**8)
+    store.start()
+    try:
+        (tmp_path / "l2" / "ab").write_text("a file where the shard folder should be")
+        with caplog.at_level("WARNING", logger="crawlergate.stores.disk"):
+            for number in range(50):
+                store.set_many([(f"ab{number:030x}", b"page")])
+        warnings = [record.getMessage() for record in caplog.records if "L2 write failed" in record.getMessage()]
+        assert len(warnings) == 1 and "for 1 page(s)" in warnings[0]
+    finally:
+        store.close()
