@@ -31,6 +31,7 @@ from crawlergate.stores.base import Store
 from crawlergate.stores.disk import DiskStore
 from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.memory import MemoryStore
+from crawlergate.throttle import Throttle
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class TwoLevelCache:
         self._monotonic = monotonic
         self._decoded: OrderedDict[str, tuple[bytes, CacheHit, float]] = OrderedDict()
         self._decoded_bytes = 0
-        self._next_store_warning = 0.0
+        self._store_warnings = Throttle(STORE_WARNING_INTERVAL_S, monotonic)
         # Big L2 pages some request is still sending, by digest; they leave when the last sender lets go.
         self._l2_in_use: weakref.WeakValueDictionary[str, Page] = weakref.WeakValueDictionary()
         self._prefetched: OrderedDict[str, None] = OrderedDict()
@@ -363,9 +364,7 @@ class TwoLevelCache:
     def _failed_write(self, exc: StoreUnavailable, kind: str) -> None:
         self.metrics.count_store_error(kind)
         # Once a minute at most: a full or broken disk fails every write, and each is counted.
-        now = self._monotonic()
-        if now >= self._next_store_warning:
-            self._next_store_warning = now + STORE_WARNING_INTERVAL_S
+        if self._store_warnings.due():
             logger.warning("cache write failed (%s store errors so far): %s", self._store_errors(), exc)
 
     def _parse(

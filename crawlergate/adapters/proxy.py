@@ -81,11 +81,17 @@ _ORIGIN_ONLY = (b"date", b"server")
 # What each leg drops: a client's claims unless it is a trusted proxy, and the origin's own Date and Server.
 _DROPPED_UNTRUSTED = HOP_BY_HOP | frozenset(_CLAIMS)
 _DROPPED_FROM_ORIGIN = HOP_BY_HOP | frozenset(_ORIGIN_ONLY)
-_DROPPED_FROM_UNFRAMED_ORIGIN = _DROPPED_FROM_ORIGIN | {b"content-length"}
-# A person's answer says what this gate did in its own X-Crawlergate: the origin's (a gate behind it) would contradict
-# it. A fill keeps it, for `crawlergate check` to say a gate answered; a crawler's answer never carries it.
-_DROPPED_FROM_ORIGIN_PASSED = _DROPPED_FROM_ORIGIN | {b"x-crawlergate"}
-_DROPPED_FROM_UNFRAMED_ORIGIN_PASSED = _DROPPED_FROM_UNFRAMED_ORIGIN | {b"x-crawlergate"}
+# The origin's answer headers not handed on, by (passed to a person, unframed): an unframed answer's Content-Length
+# frames nothing; a person's answer says what this gate did in its own X-Crawlergate, which the origin's (a gate
+# behind it) would contradict. A fill keeps it, for `crawlergate check` to say a gate answered; a crawler's answer
+# never carries it.
+_DROPPED_FROM = {
+    (passed, unframed): _DROPPED_FROM_ORIGIN
+    | ({b"x-crawlergate"} if passed else set())
+    | ({b"content-length"} if unframed else set())
+    for passed in (False, True)
+    for unframed in (False, True)
+}
 _FORWARDING = frozenset((b"host", *_FORWARDED))
 # Response headers that may carry an absolute URL of the origin.
 _URL_HEADERS = (b"location", b"content-location", b"refresh", b"link")
@@ -356,11 +362,7 @@ class ReverseProxy:
         # With Transfer-Encoding, Content-Length must be ignored (RFC 9112 6.3) and so never passed on; on a 204 or a
         # 304 it frames no body (a 304's is the page's length), and the server in front would wait for one.
         unframed = status in (204, 304) or any(name.lower() == b"transfer-encoding" for name, _ in raw)
-        if passed:
-            dropped = _DROPPED_FROM_UNFRAMED_ORIGIN_PASSED if unframed else _DROPPED_FROM_ORIGIN_PASSED
-        else:
-            dropped = _DROPPED_FROM_UNFRAMED_ORIGIN if unframed else _DROPPED_FROM_ORIGIN
-        headers = _without_hop_by_hop(raw, dropped)
+        headers = _without_hop_by_hop(raw, _DROPPED_FROM[passed, unframed])
         for index, (name, value) in enumerate(headers):
             if name in _URL_HEADERS and self._origin_lower in value.lower():
                 headers[index] = (name, self._public_address(name, value, scope))

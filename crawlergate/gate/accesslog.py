@@ -37,6 +37,7 @@ from pathlib import Path
 from crawlergate.errors import ConfigError
 from crawlergate.gate.request import Request
 from crawlergate.metrics import Classified
+from crawlergate.throttle import Throttle
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class AccessLog:
         # The file's size as this process last saw it, plus what it wrote since.
         self._size = 0
         self._checked_at = 0.0
-        self._warned_at = float("-inf")
+        self._write_warnings = Throttle(60.0)
         self._dropped_reported = 0
         self._reopen = False
         self._thread: threading.Thread | None = None
@@ -158,9 +159,7 @@ class AccessLog:
                 data = data[len(piece) :]
         except OSError as exc:
             # A full or lost disk: the lines are lost, requests go on; said once a minute at most.
-            now = time.monotonic()
-            if now >= self._warned_at + 60:
-                self._warned_at = now
+            if self._write_warnings.due():
                 logger.warning("access log %s: %s", self.path, exc)
 
     def _follow_rotation(self, incoming: int) -> None:

@@ -45,6 +45,7 @@ from typing import Any
 
 from crawlergate.errors import ConfigError, CrawlerGateError
 from crawlergate.stores.l2index import require_json_sql
+from crawlergate.throttle import Throttle
 
 logger = logging.getLogger(__name__)
 # How long a write waits for another process's write to finish (SQLite's busy timeout).
@@ -126,7 +127,7 @@ class PageCatalogue:
         # first, so their crawlers' requests count for them.
         self.before_demand: Callable[[], object] | None = None
         self._data_version = -1
-        self._next_warning = 0.0
+        self._warnings = Throttle(60.0)
         # Upkeep: when it is next due, and whether one is under way (at most one at a time).
         self._next_upkeep = 0.0
         self._upkeep_running = False
@@ -430,9 +431,7 @@ class PageCatalogue:
             raise IndexUnavailable(f"the page catalogue {self.path} cannot be read: {exc}") from None
 
     def _warn(self, what: str, error: sqlite3.Error) -> None:
-        now = time.monotonic()
-        if now >= self._next_warning:
-            self._next_warning = now + 60
+        if self._warnings.due():
             logger.warning("the page catalogue %s could not %s: %s", self.path, what, error)
 
     def _db(self) -> sqlite3.Connection:

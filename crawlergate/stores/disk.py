@@ -32,7 +32,6 @@ import errno
 import fcntl
 import logging
 import os
-import shutil
 import sqlite3
 import threading
 import time
@@ -45,6 +44,7 @@ from crawlergate.forksafe import after_fork_in_child
 from crawlergate.stores.l2index import IndexWrite, L2Index
 from crawlergate.stores.mounts import IN_MEMORY, file_system_type
 from crawlergate.stores.owner import MARKER_FILE, SITES_FOLDER
+from crawlergate.throttle import Throttle
 
 logger = logging.getLogger(__name__)
 
@@ -125,9 +125,9 @@ class DiskStore:
         # and made again by it or by something else): the marker goes back (stores/owner.py), or a gate of another
         # site could claim the folder this one fills.
         self.on_folder_made: Callable[[], None] = _nothing
-        # Pages not written since the last warning of it, and when the next may come (monotonic).
+        # Pages not written since the last warning of it, said once a minute at most.
         self._unwritten = 0
-        self._next_write_warning = 0.0
+        self._write_warnings = Throttle(WRITE_WARNING_INTERVAL_S)
         after_fork_in_child(self, DiskStore._forget_parent)
 
     def start(self) -> None:
@@ -156,10 +156,10 @@ class DiskStore:
         is in the index, which cannot open), until START_ROOM_BYTES (or a tenth of a small disk) and some inodes are
         free; whether any was. The loader drops their rows."""
         try:
-            total = shutil.disk_usage(self.root).total
+            disk = os.statvfs(self.root)
         except OSError:
             return False
-        wanted = min(START_ROOM_BYTES, total // 10)
+        wanted = min(START_ROOM_BYTES, disk.f_blocks * disk.f_frsize // 10)
         if self._room_enough(wanted):
             return False  # room enough: another fault, for the caller to name
         pages = []
@@ -373,9 +373,7 @@ class DiskStore:
     def _warn_of_failed_writes(self, pages: int, error: OSError) -> None:
         """Say that pages were not written, once a minute at most: a disk that cannot take them fails every fill."""
         self._unwritten += pages
-        now = time.monotonic()
-        if now >= self._next_write_warning:
-            self._next_write_warning = now + WRITE_WARNING_INTERVAL_S
+        if self._write_warnings.due():
             logger.warning("L2 write failed for %d page(s) since the last warning: %s", self._unwritten, error)
             self._unwritten = 0
 

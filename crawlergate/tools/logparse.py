@@ -296,18 +296,16 @@ class LogReader:
         damage: str | None = None
         try:
             with self._open() as (_, stream, _total):
+                long_line = False  # reading the rest of a line too long to be a request's
                 while len(lines) < SAMPLE_LINES and scanned < SAMPLE_SCAN_BYTES:
                     line = stream.readline(SAMPLE_LINE_BYTES)
+                    if not line:
+                        break
                     scanned += len(line)
-                    if len(line) < SAMPLE_LINE_BYTES or line.endswith(b"\n"):
-                        if not line:
-                            break
+                    whole = line.endswith(b"\n") or len(line) < SAMPLE_LINE_BYTES
+                    if whole and not long_line:
                         lines.append(line.decode("utf-8", "replace"))
-                        continue
-                    while scanned < SAMPLE_SCAN_BYTES and (rest := stream.readline(SAMPLE_LINE_BYTES)):
-                        scanned += len(rest)
-                        if rest.endswith(b"\n"):
-                            break
+                    long_line = not whole
         except (EOFError, gzip.BadGzipFile, OSError, zlib.error) as exc:
             damage = str(exc) or type(exc).__name__  # a damaged stream still gives what came before the damage
         if not lines and damage:
