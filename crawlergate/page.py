@@ -26,6 +26,8 @@ _MAGIC = b"CGP2"
 _HEADER = struct.Struct("!4sII")
 # gzip level 6 is zlib's default: within a few percent of level 9 at a third of the CPU.
 GZIP_LEVEL = 6
+# A page's metadata is its status, validators and kept headers: far below this in any page stored.
+MAX_META_BYTES = 1 << 20
 
 
 class CorruptPage(ValueError):
@@ -150,6 +152,23 @@ class Page:
             if isinstance(exc, CorruptPage):
                 raise
             raise CorruptPage(str(exc)) from exc
+
+
+def stored_for(path: str) -> tuple[str, float] | None:
+    """The target a page file was stored for and when its page was generated, read from its metadata alone;
+    None for a page stored before pages kept their target, or a file that is not a page (its body unread: the
+    checksum is verified when the page is served)."""
+    with open(path, "rb") as file:
+        head = file.read(_HEADER.size)
+        try:
+            magic, meta_length, _ = _HEADER.unpack(head)
+            if magic != _MAGIC or meta_length > MAX_META_BYTES:
+                return None
+            meta = json.loads(file.read(meta_length))
+            target, generated_at = meta["t"], float(meta["g"])
+        except (struct.error, ValueError, KeyError, TypeError):
+            return None
+    return (target, generated_at) if isinstance(target, str) and target.startswith("/") else None
 
 
 def page_etag(body: bytes, origin_etag: str | None) -> str:

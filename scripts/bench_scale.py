@@ -118,7 +118,7 @@ def generate(folder: Path, pages: int) -> None:
             assert key is not None
             body = BODY.replace("{n}", str(number)).encode()
             page = Page(200, gzip.compress(body, 6), "text/html", content_etag(body), now, now, now + 30 * 86400)
-            data = page.to_bytes()
+            data = page.to_bytes(key.target)
             path = folder / key.digest[:2] / f"{key.digest}.page"
             try:
                 path.write_bytes(data)
@@ -134,6 +134,7 @@ def generate(folder: Path, pages: int) -> None:
         print(f"\rgenerating {folder.name}: {done:,} of {pages:,} pages ({time.monotonic() - began:.0f} s)", end="")
     print(flush=True)
     index.close()
+    catalogue.learned_stored_pages()  # as a gate's catalogue is, once told of the folder's pages
     catalogue.close()
 
 

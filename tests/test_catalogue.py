@@ -353,6 +353,93 @@ def test_catalogue_damaged_index_is_moved_aside_and_the_gate_starts(tmp_path: Pa
     gate.close()
 
 
+def _invalidate(client: httpx.Client, pattern: str) -> int:
+    answer = client.post(
+        "/_crawlergate/invalidate",
+        content=json.dumps({"patterns": [pattern]}),
+        headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
+    )
+    return int(answer.json()["marked"])
+
+
+@pytest.mark.parametrize("loss", ["damaged", "removed"])
+def test_a_catalogue_begun_anew_is_told_the_pages_l2_holds(tmp_path: Path, loss: str) -> None:
+    fetches: list[str] = []
+
+    def site(environ, start_response):  # type: ignore[no-untyped-def]
+        fetches.append(environ["PATH_INFO"])
+        start_response("200 OK", [("Content-Type", "text/html")])
+        return [f"<p>page {environ['PATH_INFO']}</p>".encode()]
+
+    folder = tmp_path / "l2"
+    settings = Settings(l2=L2Settings(cache_dir=str(folder)), admin=AdminSettings(token=TOKEN))
+    gate = CrawlerGateWSGI(site, settings=settings)
+    with httpx.Client(transport=httpx.WSGITransport(app=gate), base_url="http://forum.test") as client:
+        for number in range(5):
+            assert client.get(f"/t/{number}", headers=GOOGLEBOT).status_code == 200
+    gate.close()
+    assert gate.core.relearning is not None and gate.core.relearning.learned == 0  # a new folder: nothing to tell
+    for suffix in ("", "-wal", "-shm"):
+        (folder / f"dirty.sqlite3{suffix}").unlink(missing_ok=True)
+    if loss == "damaged":
+        (folder / "dirty.sqlite3").write_bytes(bytes(range(256)) * 64)
+    restarted = CrawlerGateWSGI(site, settings=settings)
+    restarted.start()
+    relearning = restarted.core.relearning
+    assert relearning is not None and relearning.done.wait(10)
+    assert (relearning.learned, relearning.unknown) == (5, 0)
+    with httpx.Client(transport=httpx.WSGITransport(app=restarted), base_url="http://forum.test") as client:
+        assert _invalidate(client, "/t/*") == 5  # unknown to the new catalogue without the pass: 0
+        assert client.get("/t/3", headers=GOOGLEBOT).headers["x-crawlergate"].startswith("l2-hit")
+    assert fetches == [f"/t/{number}" for number in range(5)]  # marked pages are served until regenerated
+    restarted.close()
+    again = CrawlerGateWSGI(site, settings=settings)
+    again.start()
+    assert again.core.relearning is None and again.stats()["dirty"] == 5  # told once
+    again.close()
+
+
+def test_pages_stored_without_their_target_are_counted_not_told(tmp_path: Path) -> None:
+    from crawlergate.gate.relearn import Relearning
+    from crawlergate.page import Page
+    from crawlergate.stores.disk import DiskStore
+
+    store = DiskStore(tmp_path / "l2", max_bytes=10**8)
+    store.start()
+    page = Page(200, b"\x1f\x8b", "text/html", 'W/"x"', 1.0, 1.0, 2.0)
+    store.set(f"{1:032x}", page.to_bytes("/t/1"))
+    store.set(f"{2:032x}", page.to_bytes())  # an older version's page: no target kept
+    store.set(f"{3:032x}", b"not a page")
+    catalogue = PageCatalogue(tmp_path / "l2" / "dirty.sqlite3")
+    catalogue.start()
+    assert not catalogue.knows_stored_pages()
+    relearning = Relearning(store, catalogue)
+    relearning.start()
+    assert relearning.done.wait(10)
+    assert (relearning.learned, relearning.unknown) == (1, 2)
+    assert catalogue.matching("/t/*") == [f"{1:032x}"] and catalogue.knows_stored_pages()
+    relearning.close()
+    catalogue.close()
+    store.close()
+
+
+def test_an_older_versions_catalogue_knows_its_pages_without_a_pass(tmp_path: Path) -> None:
+    path = tmp_path / "dirty.sqlite3"
+    database = sqlite3.connect(path)
+    database.execute(  # crawlergate 0.x's, before regeneration
+        "CREATE TABLE pages (digest TEXT PRIMARY KEY, target TEXT NOT NULL, stored_at REAL NOT NULL, "
+        "dirty_since REAL, reason TEXT, demand REAL NOT NULL DEFAULT 0, demand_at REAL, regenerated_at REAL, "
+        "seq INTEGER NOT NULL DEFAULT 0)"
+    )
+    database.execute("INSERT INTO pages (digest, target, stored_at) VALUES ('d1', '/t/1', 1.0)")
+    database.commit()
+    database.close()
+    catalogue = PageCatalogue(path)
+    catalogue.start()
+    assert catalogue.knows_stored_pages() and catalogue.matching("/t/*") == ["d1"]
+    catalogue.close()
+
+
 def catalogue_steps(folder: Path, pages: int) -> list[int]:
     """The SQLite steps of the catalogue's work on ``pages`` pages: stored, asked for by crawlers and the demand
     written, marked, and what changed read back."""

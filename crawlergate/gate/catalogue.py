@@ -77,6 +77,10 @@ class StoredPage:
     fetched_at: float | None
 
 
+# PRAGMA user_version of a catalogue told the pages L2 holds (0: a new file, or one of an older version).
+_KNOWS_STORED_PAGES = 1
+
+
 class IndexUnavailable(CrawlerGateError):
     """The page catalogue cannot be read or written now (another process holds it too long, a full disk)."""
 
@@ -140,7 +144,7 @@ class PageCatalogue:
         """Open (or create) the index; raises ConfigError when its folder is unusable.
 
         A damaged file is moved aside (``dirty.sqlite3.damaged-<time>``) and a new index begun: the marks
-        are lost, never the site.
+        are lost, never the site; its pages are told to the new one (``knows_stored_pages``).
         """
         with self._lock:
             if self._connection is not None:
@@ -197,9 +201,12 @@ class PageCatalogue:
             # WAL_MAX_BYTES after: SQLite's defaults let it stay at its largest size for ever.
             connection.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
             connection.execute(f"PRAGMA journal_size_limit={WAL_MAX_BYTES}")
-            connection.executescript(_SCHEMA)
             columns = {row[1] for row in connection.execute("PRAGMA table_info(pages)")}
-            if "stored_seq" not in columns:  # an index written by crawlergate 0.x before regeneration
+            (version,) = connection.execute("PRAGMA user_version").fetchone()
+            if columns and not version:  # an older version's catalogue: it was told each page it stored
+                connection.execute(f"PRAGMA user_version = {_KNOWS_STORED_PAGES}")
+            connection.executescript(_SCHEMA)
+            if columns and "stored_seq" not in columns:  # an index written by crawlergate 0.x before regeneration
                 connection.execute("ALTER TABLE pages ADD COLUMN stored_seq INTEGER NOT NULL DEFAULT 0")
             connection.create_function("decayed", 3, _decayed, deterministic=True)
         except sqlite3.Error:
@@ -336,6 +343,43 @@ class PageCatalogue:
                     self._dirty.pop(digest, None)
         except sqlite3.Error as exc:
             self._warn("write", exc)
+
+    def knows_stored_pages(self) -> bool:
+        """Whether the pages L2 holds were told to this catalogue: False for one begun anew (a damaged file set
+        aside, a file removed) until ``learned_stored_pages`` (gate/relearn.py)."""
+        try:
+            with self._lock:
+                (version,) = self._db().execute("PRAGMA user_version").fetchone()
+        except sqlite3.Error:
+            return True  # unreadable now: nothing could be told to it either
+        return int(version) >= _KNOWS_STORED_PAGES
+
+    def learned_stored_pages(self) -> None:
+        try:
+            with self._lock:
+                self._db().execute(f"PRAGMA user_version = {_KNOWS_STORED_PAGES}")
+        except sqlite3.Error as exc:
+            self._warn("write", exc)
+
+    def learn_stored(self, pages: Iterable[tuple[str, str, float]]) -> int:
+        """Pages found stored in L2, each (digest, target, when it was generated), that the catalogue does not
+        know: recorded unmarked, as stored and regenerated when generated; pages it knows are left as they are
+        (a fill since, a mark since). Other processes are not told they were replaced: their bytes are the same.
+        Returns how many it did not know."""
+        learned = {digest: (target, generated_at) for digest, target, generated_at in pages}
+        if not learned:
+            return 0
+        try:
+            with self._lock, self._writing() as (database, seq):
+                return database.execute(
+                    "INSERT INTO pages (digest, target, stored_at, regenerated_at, seq) "
+                    "SELECT key, json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+                    "json_extract(value, '$[1]'), ?1 FROM json_each(?2) WHERE true ON CONFLICT (digest) DO NOTHING",
+                    (seq, json.dumps(learned)),
+                ).rowcount
+        except sqlite3.Error as exc:
+            self._warn("write", exc)
+            return 0
 
     def mark(self, digests: Iterable[str], reason: str) -> int:
         """Mark stored pages changed (those the catalogue knows); returns how many are marked.

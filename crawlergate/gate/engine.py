@@ -27,6 +27,7 @@ from crawlergate.gate.catalogue import PageCatalogue
 from crawlergate.gate.fillbudget import FillBudget
 from crawlergate.gate.forwarded import TrustedProxies
 from crawlergate.gate.origin import PublicSite
+from crawlergate.gate.relearn import Relearning
 from crawlergate.gate.request import Decision, Request, RequestHeaders, Route
 from crawlergate.gate.valve import OverloadValve
 from crawlergate.gate.writes import WriteRules
@@ -112,6 +113,8 @@ class GateCore:
         self._max_target_chars = settings.cache.max_target_chars
         self._started = False
         self._start_lock = threading.Lock()
+        # Told the pages L2 holds when the catalogue began anew (gate/relearn.py).
+        self.relearning: Relearning | None = None
 
     def start(self) -> None:
         """Prepare the stores (create the L2 directory); raises ConfigError when it is unusable."""
@@ -128,6 +131,9 @@ class GateCore:
                 self.cache.start()
                 self.catalogue.on_replaced = self.cache.forget_local
                 self.catalogue.start()
+                if not self.catalogue.knows_stored_pages():
+                    self.relearning = Relearning(self.cache.l2, self.catalogue)
+                    self.relearning.start()
                 if self.published is not None:
                     self.published.start(self.catalogue.dirty_digests)
                 for start in self.on_start:
@@ -138,6 +144,8 @@ class GateCore:
         for close in self.on_close:
             close()
         self.judge.close()
+        if self.relearning is not None:
+            self.relearning.close()
         if self.published is not None:
             self.published.close()
         self.cache.close()

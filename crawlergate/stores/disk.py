@@ -432,6 +432,14 @@ class DiskStore:
     def digests(self) -> list[str]:
         return self.index.keys()
 
+    def stored_files(self) -> Iterator[tuple[str, str]]:
+        """Each page file in the folder, (key, path), found by listing it: what the index may not know yet."""
+        for shard in SHARDS:
+            with contextlib.suppress(FileNotFoundError), os.scandir(self.root / shard) as entries:
+                for entry in entries:
+                    if entry.name.endswith(SUFFIX) and not entry.name.startswith(_TEMP_PREFIX):
+                        yield entry.name.removesuffix(SUFFIX), entry.path
+
     def _evict_past_cap(self, write: IndexWrite, keep: str = "", room: int = 0, ceiling: int = 0) -> None:
         """Evict down to the cap, or ``ceiling`` if higher (less ``room`` bytes), at most EVICT_BATCH pages; the
         housekeeper goes on down to the cap if that was not enough."""
