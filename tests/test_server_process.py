@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
+
+from tests.conftest import free_port, wait_until_healthy
 
 # In a process of its own, so the test run's allocator stays as it was: the heap's end (sbrk(0)) before a
 # 3 MB allocation, with it, and once it is freed.
@@ -44,3 +50,40 @@ def test_a_worker_keeps_the_memory_it_frees_for_the_next_request() -> None:
     # An operator who set glibc's own variables keeps what they set (here its default threshold).
     assert _heap_end("tuned", MALLOC_MMAP_THRESHOLD_="131072").split() == ["False", "True"]
     assert _heap_end("tuned", GLIBC_TUNABLES="glibc.malloc.mmap_threshold=131072").split() == ["False", "True"]
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for a parent that does not reap it has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_stop_when_their_master_is_killed_alone(tmp_path: Path) -> None:
+    port = free_port()
+    argv = ["serve", "--origin", "http://127.0.0.1:9", "--port", str(port), "--workers", "2"]
+    master = subprocess.Popen(
+        [sys.executable, "-m", "crawlergate", *argv, "--cache-dir", str(tmp_path / "l2")],
+        stderr=subprocess.DEVNULL,
+        env={key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")},
+    )
+    try:
+        wait_until_healthy(master, f"http://127.0.0.1:{port}")
+        with open(f"/proc/{master.pid}/task/{master.pid}/children") as children:
+            workers = [int(pid) for pid in children.read().split()]
+        assert workers
+    finally:
+        master.kill()  # a supervisor's SIGKILL to the master alone
+        master.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [pid for pid in workers if _alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+    with socket.create_server(("127.0.0.1", port)):  # the next start can listen
+        pass

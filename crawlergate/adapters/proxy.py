@@ -34,7 +34,7 @@ from starlette.types import Message, Receive, Scope, Send
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.adapters.httpserver import HeadLimits
 from crawlergate.adapters.origintransport import OriginAddress, OriginAnswer, OriginTransport, RequestBody
-from crawlergate.adapters.server import keep_freed_heap
+from crawlergate.adapters.server import keep_freed_heap, stop_with_master
 from crawlergate.adapters.sites import SiteGates
 from crawlergate.adapters.websocket import MAX_MESSAGE_BYTES, WebSocketRelay
 from crawlergate.config import Settings, load_settings
@@ -432,6 +432,8 @@ def app_from_environment() -> CrawlerGateMiddleware | SiteGates:
     settings = load_settings(None, os.environ)
     HeadLimits.apply(settings.server)  # each worker process sets its own connections' limits
     keep_freed_heap()  # each worker its own heap
+    if settings.server.workers > 1:  # a worker process of uvicorn's, started by serve's master
+        stop_with_master()
     _log_to_stderr()
     app = create_server_app(settings)
     # logrotate's `postrotate` sends SIGHUP: the logs are opened again (a move is also noticed within a second).

@@ -20,6 +20,8 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
+import time
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -44,6 +46,8 @@ GRACEFUL_SHUTDOWN_S = 30
 ORIGIN_PROBE_S = 2.0
 # Connections the kernel queues before the server accepts them (nginx's default is 511).
 BACKLOG = 2048
+# How often a worker of `serve --workers N` looks whether the master that started it is still there.
+MASTER_CHECK_S = 1.0
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -183,6 +187,25 @@ def _raise_open_files_limit() -> None:
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
+
+
+def stop_with_master() -> None:
+    """Stop this worker as SIGTERM does (gracefully) once the master that started it is gone. A master killed
+    alone (a supervisor's SIGKILL to one process) would leave its workers answering on the port, and the next
+    start could not listen on it; gunicorn's workers leave too."""
+    master = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == master:
+            time.sleep(MASTER_CHECK_S)
+        print(
+            f"crawlergate serve [{os.getpid()}]: its master process {master} is gone: stopping",
+            file=sys.stderr,
+            flush=True,
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="crawlergate-master-watch", daemon=True).start()
 
 
 def keep_freed_heap(environment: Mapping[str, str] = os.environ) -> None:
