@@ -22,6 +22,7 @@ from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.cache import TwoLevelCache
 from crawlergate.config import CacheSettings, L1Settings, L2Settings, ServerSettings, Settings
 from crawlergate.errors import ConfigError
+from crawlergate.gate.relearn import LOCK_FILE as RELEARN_LOCK_FILE
 from crawlergate.metrics import Metrics
 from crawlergate.stores.disk import INDEX_FILE, LOADER_LOCK_FILE, DiskStore
 from crawlergate.stores.memcached import MemcachedStore
@@ -472,12 +473,12 @@ async def test_middleware_path_tricks_stay_inside_the_cache(
     l2 = tmp_path / "l2"
     for file in l2.rglob("*"):
         assert file.resolve().is_relative_to(l2.resolve())
-        # Pages, the page catalogue, L2's shared index and its loader's lock, whose folder it is: nothing named by
-        # the URL.
+        # Pages, the page catalogue, L2's shared index, its loader's and the catalogue's relearning's locks, whose
+        # folder it is: nothing named by the URL.
         assert (
             file.is_dir()
             or file.name.endswith(".page")
-            or file.name.startswith(("dirty.sqlite3", INDEX_FILE, LOADER_LOCK_FILE, MARKER_FILE))
+            or file.name.startswith(("dirty.sqlite3", INDEX_FILE, LOADER_LOCK_FILE, RELEARN_LOCK_FILE, MARKER_FILE))
         )
 
 
