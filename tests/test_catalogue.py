@@ -440,6 +440,33 @@ def test_an_older_versions_catalogue_knows_its_pages_without_a_pass(tmp_path: Pa
     catalogue.close()
 
 
+def test_rows_of_pages_gone_from_l2_go_too_but_a_marked_one_stays(tmp_path: Path) -> None:
+    from crawlergate.config import MIN_L2_BYTES
+
+    def site(environ, start_response):  # type: ignore[no-untyped-def]
+        start_response("404 Not Found", [("Content-Type", "text/html")])  # an attacker's URLs: stored 404s
+        return [b"<p>no such page</p>"]
+
+    folder = tmp_path / "l2"
+    settings = Settings(l2=L2Settings(cache_dir=str(folder), max_bytes=MIN_L2_BYTES), admin=AdminSettings(token=TOKEN))
+    gate = CrawlerGateWSGI(site, settings=settings)
+    with httpx.Client(transport=httpx.WSGITransport(app=gate), base_url="http://forum.test") as client:
+        client.get("/junk/0", headers=GOOGLEBOT)
+        gate.filler.writer.flush()
+        assert _invalidate(client, "/junk/0") == 1
+        for number in range(1, 300):
+            client.get(f"/junk/{number}", headers=GOOGLEBOT)
+    gate.filler.writer.flush()
+    stored = len(gate.core.cache.l2)
+    gate.core.catalogue.flush_gone()
+    database = sqlite3.connect(folder / "dirty.sqlite3")
+    targets = {target for (target,) in database.execute("SELECT target FROM pages")}
+    database.close()
+    assert stored < 100 and len(targets) <= stored + 1  # 300 stored, the cap's pages kept
+    assert "/junk/0" in targets and "/junk/299" in targets  # marked: kept for the fill that follows its mark
+    gate.close()
+
+
 def catalogue_steps(folder: Path, pages: int) -> list[int]:
     """The SQLite steps of the catalogue's work on ``pages`` pages: stored, asked for by crawlers and the demand
     written, marked, and what changed read back."""

@@ -60,6 +60,10 @@ FLUSH_S = 30.0
 DEMAND_HALF_LIFE_S = 86400.0
 
 
+def _in_no_store(digest: str) -> bool:
+    return False
+
+
 def _decayed(demand: float | None, since: float | None, now: float) -> float:
     if not demand or since is None:
         return float(demand or 0.0)
@@ -139,6 +143,10 @@ class PageCatalogue:
         self._demand: Counter[str] = Counter()
         self._carried: set[str] = set()
         self._next_flush = clock() + FLUSH_S
+        # Pages gone from L2 since the last flush: their rows go then, if their files are still gone (``in_l2``).
+        self._gone: set[str] = set()
+        self._gone_lock = threading.Lock()
+        self.in_l2: Callable[[str], bool] = _in_no_store
 
     def start(self) -> None:
         """Open (or create) the index; raises ConfigError when its folder is unusable.
@@ -245,6 +253,7 @@ class PageCatalogue:
             if self.clock() >= self._next_flush:
                 self._next_flush = self.clock() + FLUSH_S
                 self.flush_demand()
+                self.flush_gone()
         finally:
             self._upkeep_running = False
 
@@ -259,6 +268,32 @@ class PageCatalogue:
             self._warn("read", exc)
         finally:
             self._lock.release()
+
+    def forget(self, digests: Iterable[str]) -> None:
+        """Pages left L2 (evicted, deleted): their rows go at the next flush, or the catalogue would keep a row for
+        every URL ever stored, past any cap on L2 (crawlers and attackers ask for URLs without end). Any thread;
+        nothing is written here."""
+        with self._gone_lock:
+            self._gone.update(digests)
+
+    def flush_gone(self) -> None:
+        """Delete the rows of the pages gone from L2 whose files are still gone, unless recorded since that was
+        looked at (stored again), or marked: a mark must outlive a fill that began before it
+        (``record_stored_many``)."""
+        with self._gone_lock:
+            gone, self._gone = self._gone, set()
+        looked_at = self.clock()
+        absent = [digest for digest in gone if not self.in_l2(digest)]
+        if not absent:
+            return
+        try:
+            with self._lock, self._writing() as (database, _):
+                database.execute(
+                    "DELETE FROM pages WHERE digest IN " + _EACH + " AND stored_at <= ? AND dirty_since IS NULL",
+                    (json.dumps(absent), looked_at),
+                )
+        except sqlite3.Error as exc:
+            self._warn("write", exc)
 
     def flush_demand(self) -> None:
         """Add the counted crawler requests to each page's demand, which halves every DEMAND_HALF_LIFE_S."""

@@ -130,6 +130,8 @@ class GateCore:
                     )
                 self.cache.start()
                 self.catalogue.on_replaced = self.cache.forget_local
+                self.cache.l2.on_removed = self.catalogue.forget
+                self.catalogue.in_l2 = self.cache.l2.has_file
                 self.catalogue.start()
                 if not self.catalogue.knows_stored_pages():
                     self.relearning = Relearning(self.cache.l2, self.catalogue)
@@ -151,6 +153,7 @@ class GateCore:
         self.cache.close()
         if self._started:
             self.catalogue.flush_demand()
+            self.catalogue.flush_gone()
         self.catalogue.close()
 
     def decide(self, incoming: Request) -> Decision:

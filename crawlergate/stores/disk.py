@@ -121,6 +121,8 @@ class DiskStore:
         # Called in the index's transaction for each page deleted or evicted: drops what else belongs to the page
         # (its published copy) and returns the bytes that freed.
         self.on_delete: Callable[[str], int] = _no_twin
+        # Told the pages this process evicted or deleted (the page catalogue notes them, to drop their rows later).
+        self.on_removed: Callable[[list[str]], None] = _nothing_removed
         # Called when a write makes a shard folder and finds no owner's marker (the folder was removed under the gate,
         # and made again by it or by something else): the marker goes back (stores/owner.py), or a gate of another
         # site could claim the folder this one fills.
@@ -428,6 +430,7 @@ class DiskStore:
         except OSError as exc:
             raise StoreUnavailable(f"L2 delete of {key}: {exc.strerror}") from exc
         self._used.pop(key, None)
+        self.on_removed([key])
 
     def digests(self) -> list[str]:
         return self.index.keys()
@@ -479,6 +482,7 @@ class DiskStore:
                         break
             finally:  # a failure past a deleted file (its published copy's) must not leave the file's row behind
                 write.remove_many(removed)
+                self.on_removed(removed)
         return total <= goal
 
     def _write_hits(self, write: IndexWrite) -> None:
@@ -675,6 +679,10 @@ def _no_space(error: BaseException) -> bool:
         return cause.errno in (errno.ENOSPC, errno.EDQUOT)
     code = getattr(cause, "sqlite_errorcode", 0) & 0xFF
     return isinstance(cause, sqlite3.Error) and code in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR)
+
+
+def _nothing_removed(keys: list[str]) -> None:
+    pass
 
 
 def _no_twin(key: str) -> int:
