@@ -87,6 +87,9 @@ class ServerSettings:
     max_headers: int = 100
     # Seconds a request's head may take to arrive; past it the connection is closed (see max_header_bytes).
     header_timeout_seconds: float = 10.0
+    # Seconds a client may take to read any of an answer it is sent; past it the connection is dropped and the
+    # origin's connection, if the answer came from it, goes back (nginx's send_timeout, 60 s).
+    send_timeout_seconds: float = 60.0
     # Connections served at once by each worker; past this uvicorn answers 503 (its limit_concurrency).
     max_connections: int = 2048
     # Seconds an idle keep-alive connection is kept open.
@@ -167,6 +170,7 @@ class ServerSettings:
             _require(getattr(self, name) > 0, f"server.{name}", getattr(self, name), "Must be a positive integer.")
         for name in (
             "header_timeout_seconds",
+            "send_timeout_seconds",
             "origin_connect_timeout_seconds",
             "origin_read_timeout_seconds",
             "origin_send_timeout_seconds",

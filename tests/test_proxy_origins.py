@@ -733,3 +733,49 @@ def test_proxy_a_site_that_answers_429_gets_its_stored_copy_served_stale(tmp_pat
     assert (stale.status_code, stale.headers["x-crawlergate"], stale.content) == (200, "stale", PAGE)
     # With no copy stored, the site's own 429 (and its Retry-After) reaches the crawler.
     assert (nothing_stored.status_code, nothing_stored.headers["retry-after"]) == (429, "120")
+
+
+def test_a_person_who_reads_nothing_lets_go_of_the_origin_after_the_send_timeout(tmp_path: Path) -> None:
+    # nginx's send_timeout: a client that reads nothing for that long is dropped, and so is what fed it.
+    released = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(30)
+
+    def endless_answer(connection: socket.socket) -> None:
+        with connection:
+            connection.settimeout(30)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                read = connection.recv(65536)
+                if not read:
+                    return  # serve's look at the origin when it starts
+                head += read
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1000000000\r\n\r\n")
+            deadline = time.monotonic() + 30
+            try:
+                while time.monotonic() < deadline:
+                    connection.sendall(b"x" * 65536)
+            except TimeoutError:
+                return
+            except OSError:
+                released.set()
+
+    def endless_origin() -> None:
+        with contextlib.suppress(TimeoutError), listener:
+            for _ in range(4):
+                threading.Thread(target=endless_answer, args=(listener.accept()[0],), daemon=True).start()
+
+    threading.Thread(target=endless_origin, daemon=True).start()
+    origin = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    request = b"GET /big HTTP/1.1\r\nHost: site.example\r\nCookie: session=1\r\n" + FIREFOX_LINES + b"\r\n"
+    with serve_process(origin, tmp_path, "[server]\nsend_timeout_seconds = 1\n") as base, socket.socket() as person:
+        person.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        person.connect(("127.0.0.1", int(base.rsplit(":", 1)[1])))
+        person.sendall(request)
+        assert released.wait(15)  # the origin's connection let go, seconds after the person stopped reading
+        person.settimeout(5)
+        received = 0
+        with contextlib.suppress(ConnectionResetError):
+            while read := person.recv(65536):
+                received += len(read)
+        assert received < 100_000_000  # dropped: what the gate held for it is not sent on

@@ -44,12 +44,14 @@ class HeadLimits:
     max_bytes = 64 * 1024
     max_headers = 100
     timeout_s = 10.0
+    send_timeout_s = 60.0
 
     @classmethod
     def apply(cls, settings: ServerSettings) -> None:
         cls.max_bytes = settings.max_header_bytes
         cls.max_headers = settings.max_headers
         cls.timeout_s = settings.header_timeout_seconds
+        cls.send_timeout_s = settings.send_timeout_seconds
 
 
 class _HeadJoiningTransport:
@@ -160,6 +162,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._idle_since: float | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._watch_at = 0.0
+        # Since when the client has read nothing of what is written to it (its send buffer full), or None.
+        self._stalled_since: float | None = None
         # What the request's framing rules look at: its Host headers, and whether it names a transfer coding.
         self._hosts = 0
         self._host = b""
@@ -485,6 +489,19 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if deadline < self._watch_at:
             self._watch(deadline)
 
+    def pause_writing(self) -> None:
+        """The client reads nothing: dropped past ``send_timeout_s`` (nginx's send_timeout), or it could hold the
+        origin's connection, sending it an answer, as long as it likes."""
+        super().pause_writing()
+        self._stalled_since = self.loop.time()
+        deadline = self._stalled_since + HeadLimits.send_timeout_s
+        if deadline < self._watch_at or self._watchdog is None:
+            self._watch(deadline)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._stalled_since = None
+
     def _watch(self, at: float) -> None:
         """Have the connection's timer fire at loop time ``at``."""
         if self._watchdog is not None:
@@ -493,10 +510,19 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._watchdog = self.loop.call_at(at, self._check_deadlines)
 
     def _check_deadlines(self) -> None:
-        """Close the connection when its head came too slowly or it idled past keep-alive; else sleep until the
-        earliest deadline (or, while a request is under way and has none, for the shorter of the two limits)."""
+        """Close the connection when its head came too slowly, it idled past keep-alive or read nothing of its answer
+        past the send timeout; else sleep until the earliest deadline (or, while a request is under way and has none,
+        for the shorter of the two limits)."""
         self._watchdog = None
-        if self.transport is None or self.transport.is_closing():
+        if self.transport is None:
+            return
+        now = self.loop.time()
+        if self._stalled_since is not None and self._stalled_since + HeadLimits.send_timeout_s <= now:
+            self.transport.abort()  # what it holds would never be read: close() would wait for it, closing or not
+            return
+        if self.transport.is_closing():
+            if self._stalled_since is not None:  # closed with an answer left to send: watched until it is read
+                self._watch(self._stalled_since + HeadLimits.send_timeout_s)
             return
         deadlines = []
         # A head read behind an answer still under way waits its turn, untimed (``on_response_complete`` times it).
@@ -504,7 +530,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             deadlines.append(self._head_since + HeadLimits.timeout_s)
         if self._idle_since is not None:
             deadlines.append(self._idle_since + self.timeout_keep_alive)
-        now = self.loop.time()
+        if self._stalled_since is not None:
+            deadlines.append(self._stalled_since + HeadLimits.send_timeout_s)
         if deadlines and min(deadlines) <= now:
             self.transport.close()
             return
