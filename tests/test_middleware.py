@@ -4,6 +4,7 @@ and streamed, guest fills sanitised, one origin request for fifty misses, and st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -27,7 +28,7 @@ from crawlergate.metrics import Metrics
 from crawlergate.stores.disk import INDEX_FILE, LOADER_LOCK_FILE, DiskStore
 from crawlergate.stores.memcached import MemcachedStore
 from crawlergate.stores.owner import MARKER_FILE, FolderOwner, claim_folder
-from tests.conftest import MemcachedServer
+from tests.conftest import MemcachedServer, ServerThread
 from tests.visitors import FIREFOX, GOOGLEBOT
 
 pytestmark = pytest.mark.anyio
@@ -739,3 +740,44 @@ async def test_middleware_app_mounted_under_a_prefix_is_filled_as_mounted(tmp_pa
     assert [answer.status_code for answer in crawler] == [200, 200]
     assert [answer.headers["x-crawlergate"] for answer in crawler] == ["miss", "l1-hit"]
     assert crawler[1].text == person.text == "<p>a post</p>"
+
+
+def test_a_fill_sees_the_lifespan_state_and_the_app_around_the_gate(tmp_path: Path) -> None:
+    # Starlette's documented patterns: a lifespan that yields state (request.state.db), and the gate added with
+    # add_middleware, where request.app is the Starlette app; a fill without them failed (a crawler's 502).
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, str]]:
+        yield {"db": "the database"}
+
+    async def page(request: Request) -> HTMLResponse:
+        return HTMLResponse(f"<p>{request.state.db}, {type(request.app).__name__}</p>")
+
+    site = Starlette(routes=[Route("/t/{number}", page)], lifespan=lifespan)
+    site.add_middleware(CrawlerGateMiddleware, settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
+    server = ServerThread(site).start()
+    try:
+        for headers in (GOOGLEBOT, FIREFOX):
+            answer = httpx.get(f"{server.url}/t/1", headers=headers)
+            assert answer.status_code == 200 and answer.text == "<p>the database, Starlette</p>"
+        assert httpx.get(f"{server.url}/t/1", headers=GOOGLEBOT).headers["x-crawlergate"].startswith("l1-hit")
+    finally:
+        server.stop()
+
+
+async def test_an_event_stream_is_passed_to_a_crawler_not_waited_for(tmp_path: Path) -> None:
+    async def events(request: Request) -> StreamingResponse:
+        async def stream() -> AsyncIterator[bytes]:
+            for number in range(20):
+                yield f"data: {number}\n\n".encode()
+                await asyncio.sleep(0.01)
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    site = Starlette(routes=[Route("/events", events)])
+    gate = CrawlerGateMiddleware(site, settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
+    async with _client(gate) as client:
+        for _ in range(2):
+            answer = await client.get("/events", headers=GOOGLEBOT)
+            assert answer.text.count("data:") == 20 and answer.headers["x-crawlergate"].startswith("pass")
+    assert gate.stats()["not_stored"].get("stream") == 2
+    gate.core.close()

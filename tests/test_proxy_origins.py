@@ -234,6 +234,24 @@ def test_proxy_page_over_the_size_limit_is_passed_to_crawlers_and_counted_too_bi
     assert not list((tmp_path / "l2").rglob("*.page"))
 
 
+def test_proxy_event_stream_is_passed_to_crawlers_and_counted_stream(tmp_path: Path) -> None:
+    events = [b"data: %d\n\n" % number for number in range(5)]
+
+    def answer(method: bytes, path: bytes) -> tuple[list[bytes], bool | str]:
+        return [b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n\r\n", *events], True
+
+    origin = RawHttpServer(answer).start()
+    proxy = proxy_thread(origin.url, tmp_path)
+    try:
+        answers = [httpx.get(f"{proxy.url}/events", headers=GOOGLEBOT, timeout=30) for _ in range(2)]
+        stats = httpx.get(f"{proxy.url}/_crawlergate/stats").json()
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert all(answer.content == b"".join(events) and answer.headers["x-crawlergate"] == "pass" for answer in answers)
+    assert stats["not_stored"] == {"stream": 2} and stats["origin_errors"] == 0
+
+
 def test_proxy_cached_answers_keep_the_origins_validator_refresh_and_ranges(tmp_path: Path) -> None:
     body = b"<html>" + b"r" * 5000 + b"</html>"
 

@@ -4,7 +4,8 @@ prefetched, site failures as 502, and pages that vary by device cached per devic
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +214,49 @@ def test_wsgi_wordpress_comment_marks_the_post_under_its_permalink(tmp_path: Pat
 
     assert marked(b"/2024/05/hello/") and marked(b"/")
     assert marked_by_id == 2 and marked(b"/2024/06/other/")
+
+
+def test_an_event_stream_is_passed_to_a_crawler_not_waited_for_nor_stored(tmp_path: Path) -> None:
+    def site(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        start_response("200 OK", [("Content-Type", "text/event-stream")])
+
+        def events() -> Iterator[bytes]:
+            for number in range(20):
+                yield f"data: {number}\n\n".encode()
+                time.sleep(0.05)
+
+        return events()
+
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")))
+    gate = CrawlerGateWSGI(site, settings=settings)
+    with httpx.Client(transport=httpx.WSGITransport(app=gate), base_url="http://forum.test") as client:
+        for _ in range(2):
+            answer = client.get("/events", headers=GOOGLEBOT)
+            assert answer.text.count("data:") == 20 and answer.headers["x-crawlergate"].startswith("pass")
+    assert gate.stats()["not_stored"].get("stream") == 2
+    gate.close()
+
+
+def test_a_fill_of_a_body_without_end_lets_go_of_its_thread_at_the_timeout(tmp_path: Path) -> None:
+    # The caller stops waiting at the timeout; the fill's thread must too, or a few such pages hold every fill thread.
+    closed = threading.Event()
+
+    def site(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        start_response("200 OK", [("Content-Type", "text/html")])
+
+        def endless() -> Iterator[bytes]:
+            try:
+                for _ in range(600):  # a minute at most
+                    yield b"<p>more</p>"
+                    time.sleep(0.1)
+            finally:
+                closed.set()
+
+        return endless()
+
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), cache=CacheSettings(fill_timeout_seconds=1))
+    gate = CrawlerGateWSGI(site, settings=settings)
+    with httpx.Client(transport=httpx.WSGITransport(app=gate), base_url="http://forum.test") as client:
+        assert client.get("/slow", headers=GOOGLEBOT).status_code == 504
+    assert closed.wait(5)
+    gate.close()

@@ -15,6 +15,7 @@ import asyncio
 import functools
 import io
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from crawlergate.gate.origin import (
     GuestBody,
     OriginResponse,
     PublicSite,
+    content_type_of,
     fill_client,
     fill_headers,
     fill_target,
@@ -78,6 +80,11 @@ class AsgiOrigin:
         # Where the site is mounted (the requests' ``root_path``, as the adapter last saw it): fills are
         # called as mounted, or a site under /blog answers /blog/post with its 404.
         self.root_path = ""
+        # What the server and the layers around the gate put in the requests' scopes for the app, as last seen: the
+        # lifespan's state (copied for each fill, as servers copy it for each request) and the app around the gate
+        # (Starlette's ``add_middleware``): a page reading ``request.state.db`` or ``request.app`` fails without.
+        self.lifespan_state: dict[str, Any] | None = None
+        self.outer_app: object = None
         # An app that answers a fill without ASGI's messages (the reverse proxy) is asked so: a third of a miss's
         # time went to the messages, closures and event of a call the proxy turned back into one exchange.
         self._fetch_for_fill: FetchForFill | None = getattr(app, "fetch_for_fill", None)
@@ -115,7 +122,7 @@ class AsgiOrigin:
         url, user_agent = fill_target(target, self._devices)
         raw_path, _, query = url.encode("latin-1", "replace").partition(b"?")
         host, _, port = public.host.rpartition(":") if public.host.count(":") == 1 else (public.host, "", "")
-        scope = {
+        scope: dict[str, Any] = {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
             "http_version": "1.1",
@@ -130,9 +137,11 @@ class AsgiOrigin:
             ],
             "client": (client, 0),
             "server": (host, int(port) if port.isdigit() else (443 if public.scheme == "https" else 80)),
-            "state": {},
+            "state": {} if self.lifespan_state is None else self.lifespan_state.copy(),
             "extensions": {FILL_EXTENSION: {}},
         }
+        if self.outer_app is not None:
+            scope["app"] = self.outer_app
         body = GuestBody(target, self._max_bytes)
         try:
             if self._fetch_for_fill is not None:
@@ -164,6 +173,7 @@ class AsgiOrigin:
             nonlocal start
             if message["type"] == "http.response.start":
                 start = message
+                body.started(content_type_of(message.get("headers", ())))
             elif message["type"] == "http.response.body" and not finished.is_set():
                 body.add(message.get("body", b""))
                 if not message.get("more_body", False):
@@ -265,13 +275,20 @@ class WsgiOrigin:
 
         def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], Any]:
             started[:] = [(status, headers)]
+            body.started(next((value for name, value in headers if name.lower() == "content-type"), ""))
             return body.add
 
         result: Iterable[bytes] | None = None
         try:
             result = self._app(environ, start_response)
+            # The caller stops waiting at the fill's timeout, but this thread goes on while the body comes: one that
+            # never ends (a long poll) would hold it, and past the pool's threads every fill. A page the app was
+            # slow to begin is still read whole, and stored for the crawlers after.
+            deadline = time.monotonic() + self._timeout_s
             for chunk in result:
                 body.add(chunk)
+                if time.monotonic() > deadline:
+                    raise OriginTimeout(f"{target}: the site did not finish within {self._timeout_s:g} s")
         except OriginError:
             raise
         except Exception as exc:

@@ -41,7 +41,7 @@ from crawlergate.config import Settings, load_settings
 from crawlergate.errors import ConfigError, OriginError, OriginTimeout
 from crawlergate.gate.answer import plain_response, send_response
 from crawlergate.gate.forwarded import TrustedProxies
-from crawlergate.gate.origin import FILL_EXTENSION, GuestBody, PublicSite
+from crawlergate.gate.origin import FILL_EXTENSION, GuestBody, PublicSite, content_type_of
 
 logger = logging.getLogger(__name__)
 
@@ -279,6 +279,7 @@ class ReverseProxy:
             raise self._fill_failed(exc) from exc
         try:
             answer_headers = self._answer_headers(answer.status, answer.headers, scope)
+            body.started(content_type_of(answer.headers))
             if whole is not None:
                 body.add(whole)
                 return answer.status, answer_headers, True

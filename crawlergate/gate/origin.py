@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 GUEST_USER_AGENT = f"crawlergate/{__version__} (guest page fill)"
 _ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+_EVENT_STREAM = re.compile(r"\s*text/event-stream\s*(?:;|$)", re.IGNORECASE)
 # The ASGI scope extension that tells the reverse proxy a request is the gate's own fill, whose
 # forwarding headers were set by the gate and are sent on as they are.
 FILL_EXTENSION = "crawlergate.fill"
@@ -46,6 +48,13 @@ class PageTooLarge(PassedOn):
     """Raised when a guest page exceeds the size limit, likely a download rather than a page."""
 
     reason = "too-big"
+
+
+class EventStream(PassedOn):
+    """Raised when a guest answer is an event stream (``text/event-stream``): it never ends, so it is no page, and a
+    fill that waited for its end would hold a worker until its timeout."""
+
+    reason = "stream"
 
 
 class UndecodablePage(PassedOn):
@@ -114,6 +123,11 @@ class GuestBody:
         self.chunks: list[bytes] = []
         self.size = 0
 
+    def started(self, content_type: str) -> None:
+        """The answer began with this Content-Type: an event stream is refused before any of its body is read."""
+        if _EVENT_STREAM.match(content_type):
+            raise EventStream(f"{self.target}: an event stream (text/event-stream), which never ends")
+
     def add(self, chunk: bytes) -> None:
         self.size += len(chunk)
         if self.size > self.max_bytes:
@@ -126,6 +140,11 @@ class GuestBody:
         length = next((value.strip() for name, value in listed if name == "content-length"), None)
         complete = finished and (length is None or not length.isdigit() or int(length) == len(raw))
         return _decoded(self.target, OriginResponse(status, listed, raw, complete=complete), self.max_bytes)
+
+
+def content_type_of(raw_headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """The Content-Type of an answer's raw headers (ASGI's, the origin transport's), or ""."""
+    return next((value.decode("latin-1") for name, value in raw_headers if name.lower() == b"content-type"), "")
 
 
 def fill_headers(public: PublicSite, client: str, user_agent: str = GUEST_USER_AGENT) -> list[tuple[str, str]]:

@@ -38,6 +38,7 @@ NOT_STORED_REASONS = (
     "incomplete",  # the body ended early, or disagrees with Content-Length
     "too-big",  # larger than l2.page_max_bytes
     "encoding",  # a content coding the gate cannot read (br, zstd, two codings, gzip with bytes after its end)
+    "stream",  # an event stream (text/event-stream): it never ends
     "redirect-to-self",  # a redirect to the very URL it answers: stored, it would loop forever
     "origin-error",  # the site failed, timed out or answered 5xx or 429
 )
