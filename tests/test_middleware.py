@@ -781,3 +781,14 @@ async def test_an_event_stream_is_passed_to_a_crawler_not_waited_for(tmp_path: P
             assert answer.text.count("data:") == 20 and answer.headers["x-crawlergate"].startswith("pass")
     assert gate.stats()["not_stored"].get("stream") == 2
     gate.core.close()
+
+
+async def test_fills_without_a_public_url_say_once_which_host_they_ask_as(
+    make_gate: Callable[..., CrawlerGateMiddleware], caplog: pytest.LogCaptureFixture
+) -> None:
+    gate = make_gate()
+    async with _client(gate) as client:
+        for number in range(3):
+            await client.get(f"/t/{number}", headers=GOOGLEBOT)
+    said = [record.getMessage() for record in caplog.records if "public_url is not set" in record.getMessage()]
+    assert len(said) == 1 and "as http://forum.test," in said[0]

@@ -74,6 +74,8 @@ class AsgiOrigin:
         self._app = app
         self.public = public
         self._fill_client = fill_client_address
+        # The server addresses fills asked as, without a public URL (each said once).
+        self._asked_as: set[str] = set()
         self._timeout_s = timeout_s
         self._max_bytes = max_bytes
         self._devices = devices
@@ -111,7 +113,7 @@ class AsgiOrigin:
         ``client`` is the address of the visitor the fill is for; ``arrived_at`` the site the request
         was sent to, used only when no public site is configured.
         """
-        public = public_site(self.public or arrived_at, target)
+        public = public_site(self.public, arrived_at, target, self._asked_as)
         try:
             async with asyncio.timeout(self._timeout_s):  # anyio's fail_after cost a miss 30 us more
                 return await self._call(target, public, fill_client(client, self._fill_client))
@@ -204,6 +206,8 @@ class WsgiOrigin:
         self._app = app
         self.public = public
         self._fill_client = fill_client_address
+        # The server addresses fills asked as, without a public URL (each said once).
+        self._asked_as: set[str] = set()
         self._max_bytes = max_bytes
         self._devices = devices
         self._timeout_s = timeout_s
@@ -243,7 +247,7 @@ class WsgiOrigin:
         self, target: str, *, client: str | None = None, arrived_at: PublicSite | None = None
     ) -> OriginResponse:
         """GET ``target`` as an anonymous guest of the public site (see AsgiOrigin.fetch_guest)."""
-        public = public_site(self.public or arrived_at, target)
+        public = public_site(self.public, arrived_at, target, self._asked_as)
         address = fill_client(client, self._fill_client)
         url, user_agent = fill_target(target, self._devices)
         raw_path, _, query = url.partition("?")

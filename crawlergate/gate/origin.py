@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import logging
 import re
 import zlib
 from collections.abc import Iterable
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 
 GUEST_USER_AGENT = f"crawlergate/{__version__} (guest page fill)"
 _ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+logger = logging.getLogger(__name__)
+
 _EVENT_STREAM = re.compile(r"\s*text/event-stream\s*(?:;|$)", re.IGNORECASE)
 # The ASGI scope extension that tells the reverse proxy a request is the gate's own fill, whose
 # forwarding headers were set by the gate and are sent on as they are.
@@ -181,12 +184,25 @@ def fill_target(target: str, devices: DeviceClasses | None) -> tuple[str, str]:
     return url, f"{device.fill_user_agent} {GUEST_USER_AGENT}"
 
 
-def public_site(public: PublicSite | None, target: str) -> PublicSite:
-    if public is None:
+def public_site(public: PublicSite | None, arrived_at: PublicSite | None, target: str, said: set[str]) -> PublicSite:
+    """The site a fill asks as: the public one, else the server's own address the request arrived at, said once
+    (``said``: the addresses said already)."""
+    if public is not None:
+        return public
+    if arrived_at is None:
         raise OriginError(
             f"{target}: no server.public_url, and the request named no server address to ask as; set server.public_url"
         )
-    return public
+    if arrived_at.base not in said:
+        said.add(arrived_at.base)
+        logger.warning(
+            "server.public_url is not set: fills ask the site for pages as %s, the address its server listens on "
+            "(Host and X-Forwarded-Host). A site that checks the Host (Django's ALLOWED_HOSTS) refuses them, and "
+            "links it makes absolute point there. Set server.public_url (CRAWLERGATE_SERVER_PUBLIC_URL) to the "
+            "address crawlers use, e.g. https://www.example.org.",
+            arrived_at.base,
+        )
+    return arrived_at
 
 
 def _decoded(target: str, response: OriginResponse, max_bytes: int) -> OriginResponse:
