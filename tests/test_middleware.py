@@ -792,3 +792,19 @@ async def test_fills_without_a_public_url_say_once_which_host_they_ask_as(
             await client.get(f"/t/{number}", headers=GOOGLEBOT)
     said = [record.getMessage() for record in caplog.records if "public_url is not set" in record.getMessage()]
     assert len(said) == 1 and "as http://forum.test," in said[0]
+
+
+async def test_an_apps_exception_in_a_fill_is_logged_with_its_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def boom(request: Request) -> HTMLResponse:
+        raise RuntimeError("the database is down")
+
+    site = Starlette(routes=[Route("/boom/{number}", boom)])
+    gate = CrawlerGateMiddleware(site, settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
+    async with _client(gate) as client:
+        for number in range(3):
+            assert (await client.get(f"/boom/{number}", headers=GOOGLEBOT)).status_code == 502
+    said = [record for record in caplog.records if record.levelname == "ERROR" and record.exc_info]
+    assert len(said) == 1 and "the database is down" in said[0].getMessage()  # once a minute, not once a fill
+    gate.core.close()

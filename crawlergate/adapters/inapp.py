@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import io
+import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -30,6 +31,7 @@ from crawlergate.gate.origin import (
     FILL_EXTENSION,
     GuestBody,
     OriginResponse,
+    PassedOn,
     PublicSite,
     content_type_of,
     fill_client,
@@ -37,6 +39,7 @@ from crawlergate.gate.origin import (
     fill_target,
     public_site,
 )
+from crawlergate.throttle import Throttle
 
 # An app's own way to answer a fill's scope: status, headers, the body into GuestBody, whether it came whole.
 FetchForFill = Callable[[Scope, GuestBody], Awaitable[tuple[int, list[tuple[bytes, bytes]], bool]]]
@@ -46,6 +49,8 @@ if TYPE_CHECKING:
 
     from crawlergate.config import Settings
     from crawlergate.devices import DeviceClasses
+
+logger = logging.getLogger(__name__)
 
 
 class AsgiOrigin:
@@ -76,6 +81,7 @@ class AsgiOrigin:
         self._fill_client = fill_client_address
         # The server addresses fills asked as, without a public URL (each said once).
         self._asked_as: set[str] = set()
+        self._said = _AppErrors()
         self._timeout_s = timeout_s
         self._max_bytes = max_bytes
         self._devices = devices
@@ -153,7 +159,10 @@ class AsgiOrigin:
         except OriginError:
             raise
         except Exception as exc:
-            raise _origin_error(target, exc) from exc
+            error = _origin_error(target, exc)
+            if not isinstance(error, PassedOn):
+                self._said.exception(error, exc)
+            raise error from exc
         headers = ((name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in raw_headers)
         return body.response(status, headers, finished=complete)
 
@@ -208,6 +217,7 @@ class WsgiOrigin:
         self._fill_client = fill_client_address
         # The server addresses fills asked as, without a public URL (each said once).
         self._asked_as: set[str] = set()
+        self._said = _AppErrors()
         self._max_bytes = max_bytes
         self._devices = devices
         self._timeout_s = timeout_s
@@ -296,7 +306,9 @@ class WsgiOrigin:
         except OriginError:
             raise
         except Exception as exc:
-            raise OriginError(f"{target}: the site raised {type(exc).__name__}: {exc}") from exc
+            error = OriginError(f"{target}: the site raised {type(exc).__name__}: {exc}")
+            self._said.exception(error, exc)
+            raise error from exc
         finally:
             close = getattr(result, "close", None)
             if close is not None:
@@ -305,6 +317,21 @@ class WsgiOrigin:
             raise OriginError(f"{target}: the site sent no response")
         status, headers = started[0]
         return body.response(int(status.split(" ", 1)[0]), ((name.lower(), value) for name, value in headers))
+
+
+class _AppErrors:
+    """An app's exception in a fill, logged with its traceback once a minute at most: the crawler gets 502, and the
+    server logs nothing of it (the fill is no request of its)."""
+
+    def __init__(self) -> None:
+        self._throttle = Throttle(60.0)
+        self._unsaid = 0
+
+    def exception(self, error: OriginError, raised: BaseException) -> None:
+        self._unsaid += 1
+        if self._throttle.due():
+            logger.error("%s (%d fill(s) failed since the last such line)", error, self._unsaid, exc_info=raised)
+            self._unsaid = 0
 
 
 def _mounted(script_name: str, path: str) -> tuple[str, str]:
