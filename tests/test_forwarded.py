@@ -38,3 +38,21 @@ def test_forwarded_membership() -> None:
     assert "10.1.2.3" in trusted and "::1" in trusted
     assert "11.0.0.1" not in trusted and "not an ip" not in trusted and "" not in trusted
     assert "127.0.0.1" not in TrustedProxies([])
+
+
+@pytest.mark.parametrize(
+    ("headers", "client"),
+    [
+        pytest.param([(b"x-real-ip", b"203.0.113.5")], "203.0.113.5", id="x-real-ip"),
+        pytest.param([(b"forwarded", b"for=203.0.113.5;proto=https")], "203.0.113.5", id="forwarded"),
+        pytest.param([(b"forwarded", b'for="[2001:db8::7]:443", for=10.0.0.2')], "2001:db8::7", id="forwarded-chain"),
+        pytest.param([(b"forwarded", b"for=_hidden")], "_hidden", id="forwarded-obfuscated-is-no-local-client"),
+        pytest.param([(b"forwarded", b"proto=https")], "127.0.0.1", id="forwarded-without-for"),
+        pytest.param(
+            [(b"x-forwarded-for", b"198.51.100.7"), (b"x-real-ip", b"203.0.113.5")], "198.51.100.7", id="xff-first"
+        ),
+    ],
+)
+def test_forwarded_client_from_other_fronts_headers(headers: list[tuple[bytes, bytes]], client: str) -> None:
+    # A front that sends X-Real-IP or Forwarded, not X-Forwarded-For: its visitors are not local clients.
+    assert TrustedProxies(["127.0.0.1", "10.0.0.0/8"]).client("127.0.0.1", headers) == client

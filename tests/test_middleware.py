@@ -808,3 +808,18 @@ async def test_an_apps_exception_in_a_fill_is_logged_with_its_traceback(
     said = [record for record in caplog.records if record.levelname == "ERROR" and record.exc_info]
     assert len(said) == 1 and "the database is down" in said[0].getMessage()  # once a minute, not once a fill
     gate.core.close()
+
+
+@pytest.mark.parametrize("front", [b"x-real-ip", b"forwarded"])
+async def test_admin_refuses_visitors_of_a_front_that_names_them_without_x_forwarded_for(
+    tmp_path: Path, front: bytes
+) -> None:
+    site = Starlette(routes=[Route("/t/{number}", lambda request: HTMLResponse("<p>page</p>"))])
+    gate = CrawlerGateMiddleware(site, settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
+    visitor = {front.decode(): "203.0.113.5" if front == b"x-real-ip" else "for=203.0.113.5"}
+    async with _client(gate) as client:  # from 127.0.0.1, as through an nginx on this machine
+        await client.get("/t/1", headers=GOOGLEBOT)
+        assert (await client.get("/_crawlergate/stats", headers=visitor)).status_code == 403
+        assert (await client.request("PURGE", "/t/1", headers=visitor)).status_code == 403
+        assert (await client.get("/_crawlergate/stats")).status_code == 200  # the machine's own
+    gate.core.close()

@@ -50,10 +50,23 @@ class TrustedProxies:
         return any(ip in network for network in self._networks)
 
     def client(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-        """The client's address: walk X-Forwarded-For from the right while the hops are trusted proxies."""
+        """The client's address: walk X-Forwarded-For from the right while the hops are trusted proxies. A front
+        that sends X-Real-IP (nginx's realip default) or Forwarded (RFC 7239) instead is read the same way: without
+        any, every visitor of a front on this machine would be taken for a local client."""
         if peer is None or peer not in self:
             return peer
-        values = [value for name, value in headers if name == b"x-forwarded-for"]
+        values: list[bytes] = []
+        real_ip = b""
+        nodes: list[bytes] = []
+        for name, value in headers:
+            if name == b"x-forwarded-for":
+                values.append(value)
+            elif name == b"x-real-ip":
+                real_ip = value
+            elif name == b"forwarded":
+                nodes += _forwarded_for_parameters(value)
+        if not values:
+            values = [real_ip] if real_ip else [b",".join(nodes)] if nodes else []
         if not values:
             return peer
         forwarded = values[0] if len(values) == 1 else b",".join(values)
@@ -76,6 +89,17 @@ class TrustedProxies:
                 break  # no address is that long: a forgery, like loopback from afar
             address = hop
         return address
+
+
+def _forwarded_for_parameters(value: bytes) -> list[bytes]:
+    """The ``for=`` nodes of a Forwarded header value, in order (``for="[2001:db8::1]:443"`` unquoted)."""
+    nodes = []
+    for element in value.split(b","):
+        for pair in element.split(b";"):
+            name, _, node = pair.strip().partition(b"=")
+            if name.lower() == b"for":
+                nodes.append(node.strip().strip(b'"'))
+    return nodes
 
 
 def _plain_address(hop: str) -> str:
