@@ -260,3 +260,21 @@ def test_a_fill_of_a_body_without_end_lets_go_of_its_thread_at_the_timeout(tmp_p
         assert client.get("/slow", headers=GOOGLEBOT).status_code == 504
     assert closed.wait(5)
     gate.close()
+
+
+def test_a_fragment_in_the_raw_target_is_no_part_of_the_page(tmp_path: Path) -> None:
+    # gunicorn's RAW_URI keeps a fragment a client sent; the page is the one without it, as for a person.
+    site = WsgiSite()
+    gate = CrawlerGateWSGI(site, settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
+    raw_targets = iter(["/t/1#reply-5", "/t/1?#top", "/t/1"])
+
+    def gunicorn(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        environ["RAW_URI"] = next(raw_targets)
+        return gate(environ, start_response)
+
+    with httpx.Client(transport=httpx.WSGITransport(app=gunicorn), base_url="http://forum.test") as client:
+        for _ in range(3):
+            answer = client.get("/t/1", headers=GOOGLEBOT)
+            assert answer.status_code == 200 and "thread 1" in answer.text
+    assert [call["PATH_INFO"] for call in site.calls] == ["/t/1"]  # one fill, the two others hits
+    gate.close()

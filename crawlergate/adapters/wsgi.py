@@ -260,7 +260,8 @@ def _raw_target(environ: WSGIEnvironment) -> tuple[bytes, bytes]:
     """The request target as sent: gunicorn's RAW_URI or uWSGI's REQUEST_URI, else rebuilt from PATH_INFO."""
     raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
     if raw:
-        path, _, query = raw.encode("latin-1").partition(b"?")
+        # A fragment is the client's own (RFC 9110 7.1): gunicorn keeps one a client sent, PATH_INFO does not.
+        path, _, query = raw.encode("latin-1").partition(b"#")[0].partition(b"?")
         if path.startswith(b"/"):
             return path, query
     path_info = environ.get("SCRIPT_NAME", "") + (environ.get("PATH_INFO", "") or "/")
