@@ -102,6 +102,14 @@ class ServerSettings:
     origin_read_timeout_seconds: float = 60.0
     # Longest silence between two writes of a request body to the origin.
     origin_send_timeout_seconds: float = 60.0
+    # Read a person's request body whole before asking the origin (nginx's proxy_request_buffering): a client
+    # that sends its body slowly then holds a connection of the gate's, not one of the origin's few workers.
+    # Bodies over 1 MiB wait in a temporary file (TMPDIR). false: sent on as it arrives.
+    buffer_request_bodies: bool = True
+    # Longest pause between two reads of a request body; past it, 408 (nginx's client_body_timeout).
+    body_timeout_seconds: float = 60.0
+    # The largest request body; past it, 413 (nginx's client_max_body_size).
+    max_body_bytes: int = 1024 * 1024 * 1024
     # Connections to the origin at once, per worker: people's requests, and the gate's fills (crawlers'
     # misses and regeneration) in a pool of their own, so neither can take the other's. Past the limit a
     # request waits origin_connect_timeout_seconds for a place, then gets 504.
@@ -161,6 +169,7 @@ class ServerSettings:
             _fail("server.fill_client_address", self.fill_client_address, "Must be an IP address, e.g. 192.0.2.1.")
         for name in (
             "max_header_bytes",
+            "max_body_bytes",
             "max_headers",
             "max_connections",
             "keep_alive_seconds",
@@ -171,6 +180,7 @@ class ServerSettings:
         for name in (
             "header_timeout_seconds",
             "send_timeout_seconds",
+            "body_timeout_seconds",
             "origin_connect_timeout_seconds",
             "origin_read_timeout_seconds",
             "origin_send_timeout_seconds",

@@ -173,8 +173,11 @@ def test_proxy_people_time_out_after_the_read_timeout_not_before(tmp_path: Path)
     assert gave_up.status_code == 504
 
 
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "streamed"])
 @pytest.mark.parametrize("rest", [pytest.param(b"", id="cut"), pytest.param(b"zz\r\nnot a chunk\r\n", id="malformed")])
-def test_proxy_cut_or_malformed_chunked_upload_never_reaches_the_origin_whole(tmp_path: Path, rest: bytes) -> None:
+def test_proxy_cut_or_malformed_chunked_upload_never_reaches_the_origin_whole(
+    tmp_path: Path, rest: bytes, buffered: bool
+) -> None:
     received: list[str] = []
 
     async def upload(request: Request) -> Response:
@@ -187,7 +190,7 @@ def test_proxy_cut_or_malformed_chunked_upload_never_reaches_the_origin_whole(tm
         return Response("stored")
 
     origin = ServerThread(Starlette(routes=[Route("/upload", upload, methods=["POST"])])).start()
-    proxy = proxy_thread(origin.url, tmp_path)
+    proxy = proxy_thread(origin.url, tmp_path, buffer_request_bodies=buffered)
     try:
         with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as raw:
             raw.sendall(
@@ -197,13 +200,13 @@ def test_proxy_cut_or_malformed_chunked_upload_never_reaches_the_origin_whole(tm
                 + rest
             )
             time.sleep(0.3)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + (1 if buffered else 5)
         while not received and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
         proxy.stop()
         origin.stop()
-    assert received == ["cut"]
+    assert received == ([] if buffered else ["cut"])  # read whole first, the origin is never asked
 
 
 @pytest.mark.parametrize("kind", ["length", "chunked", "close"])
@@ -797,3 +800,64 @@ def test_a_person_who_reads_nothing_lets_go_of_the_origin_after_the_send_timeout
             while read := person.recv(65536):
                 received += len(read)
         assert received < 100_000_000  # dropped: what the gate held for it is not sent on
+
+
+def _upload_site(received: list[tuple[float, bytes]]) -> Starlette:
+    async def upload(request: Request) -> Response:
+        received.append((time.monotonic(), await request.body()))
+        return Response("stored")
+
+    return Starlette(routes=[Route("/upload", upload, methods=["POST"])])
+
+
+def _answer_of(raw: socket.socket) -> bytes:
+    answer = b""
+    with contextlib.suppress(ConnectionResetError):
+        while b"\r\n\r\n" not in answer and (read := raw.recv(65536)):
+            answer += read
+    return answer
+
+
+def test_proxy_a_slow_upload_reaches_the_origin_whole_and_at_once(tmp_path: Path) -> None:
+    # nginx's proxy_request_buffering: a body sent slowly holds a connection of the gate's, not an origin worker.
+    received: list[tuple[float, bytes]] = []
+    origin = ServerThread(_upload_site(received)).start()
+    proxy = proxy_thread(origin.url, tmp_path)
+    head = b"POST /upload HTTP/1.1\r\nHost: site.example\r\nCookie: session=1\r\nContent-Length: 15\r\n" + FIREFOX_LINES
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as raw:
+            raw.sendall(head + b"\r\nhello")
+            for piece in (b"hello", b"hello"):
+                time.sleep(0.4)
+                assert received == []  # the origin is not asked while the body comes
+                raw.sendall(piece)
+            sent_at = time.monotonic()
+            answer = _answer_of(raw)
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert answer.startswith(b"HTTP/1.1 200") and [body for _, body in received] == [b"hellohellohello"]
+    assert received[0][0] >= sent_at
+
+
+@pytest.mark.parametrize("case", ["slow", "declared-too-large", "chunked-too-large"])
+def test_proxy_a_body_too_slow_or_too_large_is_refused_and_never_reaches_the_origin(tmp_path: Path, case: str) -> None:
+    received: list[tuple[float, bytes]] = []
+    origin = ServerThread(_upload_site(received)).start()
+    proxy = proxy_thread(origin.url, tmp_path, body_timeout_seconds=0.5, max_body_bytes=100)
+    head = b"POST /upload HTTP/1.1\r\nHost: site.example\r\nCookie: session=1\r\n" + FIREFOX_LINES
+    request = {
+        "slow": head + b"Content-Length: 10\r\n\r\nhe",
+        "declared-too-large": head + b"Content-Length: 101\r\n\r\n",
+        "chunked-too-large": head + b"Transfer-Encoding: chunked\r\n\r\n" + (b"40\r\n" + b"x" * 64 + b"\r\n") * 2,
+    }[case]
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as raw:
+            raw.sendall(request)
+            answer = _answer_of(raw)
+    finally:
+        proxy.stop()
+        origin.stop()
+    status = b"408" if case == "slow" else b"413"
+    assert answer.startswith(b"HTTP/1.1 " + status) and b"connection: close" in answer.lower()
+    assert received == []

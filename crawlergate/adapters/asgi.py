@@ -154,9 +154,7 @@ class CrawlerGateMiddleware(GateAdapter):
 
     def _fetch(self, key: CacheKey, client: str | None, scope: Scope) -> Awaitable[OriginResponse]:
         server = scope.get("server")
-        self.origin.root_path = scope.get("root_path", "")
-        self.origin.lifespan_state = scope.get("state")
-        self.origin.outer_app = scope.get("app")
+        self.origin.saw(scope)
         if server:
             self._arrived_at = PublicSite.from_server(scope.get("scheme", "http"), server)
         return self.origin.fetch_guest(key.target, client=client, arrived_at=self._arrived_at if server else None)

@@ -97,6 +97,12 @@ class AsgiOrigin:
         # time went to the messages, closures and event of a call the proxy turned back into one exchange.
         self._fetch_for_fill: FetchForFill | None = getattr(app, "fetch_for_fill", None)
 
+    def saw(self, scope: Scope) -> None:
+        """Take what fills need of a request's scope: where the site is mounted, its lifespan state, the app."""
+        self.root_path = scope.get("root_path", "")
+        self.lifespan_state = scope.get("state")
+        self.outer_app = scope.get("app")
+
     @classmethod
     def for_gate(
         cls, app: ASGIApp, settings: Settings, public: PublicSite | None, devices: DeviceClasses

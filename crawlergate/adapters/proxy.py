@@ -34,6 +34,7 @@ from starlette.types import Message, Receive, Scope, Send
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.adapters.httpserver import HeadLimits
 from crawlergate.adapters.origintransport import OriginAddress, OriginAnswer, OriginTransport, RequestBody
+from crawlergate.adapters.requestbody import BodyRefused, BodyTooLarge, BufferedBody, ClientLeft
 from crawlergate.adapters.server import keep_freed_heap, stop_with_master
 from crawlergate.adapters.sites import SiteGates
 from crawlergate.adapters.websocket import MAX_MESSAGE_BYTES, WebSocketRelay
@@ -119,6 +120,8 @@ class ReverseProxy:
             ``fill_max_connections`` of their own.
         per_client: a client's requests to the origin at once (0: no limit); past it, 503.
         websocket_max_message_bytes: the largest WebSocket message relayed either way; a larger one closes with 1009.
+        buffer_bodies: a request's body is read whole before the origin is asked (adapters/requestbody.py), its
+            pauses bounded by ``body_timeout_s`` (408), its size by ``max_body_bytes`` (413).
     """
 
     def __init__(
@@ -135,6 +138,9 @@ class ReverseProxy:
         public_url: str = "",
         forward_host: str = "client",
         websocket_max_message_bytes: int = MAX_MESSAGE_BYTES,
+        buffer_bodies: bool = True,
+        body_timeout_s: float = 60.0,
+        max_body_bytes: int = 1024 * 1024 * 1024,
     ) -> None:
         parts = urlsplit(origin)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -146,6 +152,9 @@ class ReverseProxy:
         self._client_host = forward_host == "client"
         self._trusted = TrustedProxies(trusted_proxies)
         self._per_client = per_client
+        self._buffer_bodies = buffer_bodies
+        self._body_timeout_s = body_timeout_s
+        self._max_body_bytes = max_body_bytes
         self._in_flight: dict[str, int] = {}
         # No httpx client, requests or responses: the client layer (cookies, auth, redirects, hooks) has
         # nothing to do in a proxy and cost ~0.3 ms a request. OriginTransport parses answers in C (httptools).
@@ -220,7 +229,15 @@ class ReverseProxy:
         method: str = scope["method"]
         # A body's end, after which the client's leaving is watched for (until then the body's stream sees it).
         body_sent = asyncio.Event() if _has_body(scope) else None
-        body = _request_body(receive, body_sent) if body_sent is not None else None
+        body: AsyncIterator[bytes] | None = None
+        if body_sent is not None and self._buffer_bodies and FILL_EXTENSION not in scope.get("extensions", {}):
+            buffered = await self._whole_body(scope, receive, send)
+            if buffered is None:
+                return
+            body_sent.set()
+            body = buffered.chunks()
+        elif body_sent is not None:
+            body = _request_body(receive, body_sent)
         # A fill called the ASGI way (the proxy inside another app; AsgiOrigin asks ``fetch_for_fill`` otherwise).
         fill = FILL_EXTENSION in scope.get("extensions", {})
         transport = self._single_use if fill or method == "HEAD" else self._transport
@@ -266,6 +283,20 @@ class ReverseProxy:
                     streaming.cancel_scope.cancel()
         finally:
             await answer.aclose()
+
+    async def _whole_body(self, scope: Scope, receive: Receive, send: Send) -> BufferedBody | None:
+        """The request's body, read whole; None when the client left or was refused (408, 413), answered here."""
+        try:
+            if _declared_length(scope) > self._max_body_bytes:
+                raise BodyTooLarge
+            return await BufferedBody.read(receive, timeout_s=self._body_timeout_s, max_bytes=self._max_body_bytes)
+        except ClientLeft:
+            return None
+        except BodyRefused as refused:
+            status, headers, text = plain_response(refused.status, refused.message, outcome=None)
+            # The rest of the body is not read: the connection ends with this answer.
+            await send_response(send, (status, [*headers, (b"connection", b"close")], text))
+            return None
 
     async def fetch_for_fill(self, scope: Scope, body: GuestBody) -> tuple[int, list[tuple[bytes, bytes]], bool]:
         """A fill (``scope`` as AsgiOrigin makes it) without ASGI's messages: the answer's status and headers as sent
@@ -417,6 +448,9 @@ def create_app(settings: Settings) -> CrawlerGateMiddleware:
         public_url=settings.server.public_url,
         forward_host=settings.server.forward_host,
         websocket_max_message_bytes=settings.server.websocket_max_message_bytes,
+        buffer_bodies=settings.server.buffer_request_bodies,
+        body_timeout_s=settings.server.body_timeout_seconds,
+        max_body_bytes=settings.server.max_body_bytes,
     )
     gate = CrawlerGateMiddleware(proxy, settings=settings, standalone=True)
     gate.runtime.async_closers.append(proxy.aclose)
@@ -518,6 +552,14 @@ def _request_base(scope: Scope, trusted: TrustedProxies) -> bytes:
         server = scope.get("server") or ("localhost", None)
         host = PublicSite.from_server(scheme.decode("latin-1"), server).host.encode("latin-1")
     return scheme.split(b",")[0].strip() + b"://" + host.split(b",")[0].strip()
+
+
+def _declared_length(scope: Scope) -> int:
+    """The request's Content-Length, or 0 (none, chunked: its size is known as it comes)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return int(value) if value.strip().isdigit() else 0
+    return 0
 
 
 def _has_body(scope: Scope) -> bool:
