@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gzip
 import shutil
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -822,4 +824,25 @@ async def test_admin_refuses_visitors_of_a_front_that_names_them_without_x_forwa
         assert (await client.get("/_crawlergate/stats", headers=visitor)).status_code == 403
         assert (await client.request("PURGE", "/t/1", headers=visitor)).status_code == 403
         assert (await client.get("/_crawlergate/stats")).status_code == 200  # the machine's own
+    gate.core.close()
+
+
+async def test_a_fill_ends_with_its_page_not_with_the_apps_background_tasks(tmp_path: Path) -> None:
+    done = asyncio.Event()
+
+    async def after() -> None:
+        await asyncio.sleep(2)
+        done.set()
+
+    async def page(request: Request) -> HTMLResponse:
+        return HTMLResponse("<p>page</p>", background=BackgroundTask(after))
+
+    site = Starlette(routes=[Route("/t/{number}", page)])
+    gate = CrawlerGateMiddleware(site, settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
+    async with _client(gate) as client:
+        started = time.monotonic()
+        answer = await client.get("/t/1", headers=GOOGLEBOT)
+        waited_s = time.monotonic() - started
+    assert answer.status_code == 200 and answer.text == "<p>page</p>" and waited_s < 1.5  # not the task's 2 s
+    await asyncio.wait_for(done.wait(), 5)  # the app's task still ran to its end
     gate.core.close()

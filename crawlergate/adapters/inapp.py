@@ -82,6 +82,8 @@ class AsgiOrigin:
         # The server addresses fills asked as, without a public URL (each said once).
         self._asked_as: set[str] = set()
         self._said = _AppErrors()
+        # Fills' app calls still at work after their page ended (background tasks), held until they end.
+        self._after_pages: set[asyncio.Future[None]] = set()
         self._timeout_s = timeout_s
         self._max_bytes = max_bytes
         self._devices = devices
@@ -196,12 +198,34 @@ class AsgiOrigin:
                 if not message.get("more_body", False):
                     finished.set()
 
-        await self._app(scope, receive, send)
+        # The page is whole at its last body message: an app's work after it (Starlette's background tasks, an
+        # email sent) goes on without the crawler waiting for it, as a server's client does not.
+        call = asyncio.ensure_future(self._app(scope, receive, send))
+        ended = asyncio.ensure_future(finished.wait())
+        try:
+            await asyncio.wait((call, ended), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            call.cancel()
+            raise
+        finally:
+            ended.cancel()
         complete = finished.is_set()
+        if call.done():
+            call.result()  # the app's own exception, if it raised
+        else:
+            self._after_pages.add(call)
+            call.add_done_callback(self._after_page_done)
         finished.set()
         if start is None:
             raise OriginError(f"{body.target}: the site sent no response")
         return int(start["status"]), start["headers"], complete
+
+    def _after_page_done(self, call: asyncio.Future[None]) -> None:
+        self._after_pages.discard(call)
+        if not call.cancelled() and call.exception() is not None:
+            error = call.exception()
+            assert error is not None
+            self._said.exception(OriginError(f"the site raised after a fill's page: {error!r}"), error)
 
 
 class WsgiOrigin:
