@@ -846,3 +846,22 @@ async def test_a_fill_ends_with_its_page_not_with_the_apps_background_tasks(tmp_
     assert answer.status_code == 200 and answer.text == "<p>page</p>" and waited_s < 1.5  # not the task's 2 s
     await asyncio.wait_for(done.wait(), 5)  # the app's task still ran to its end
     gate.core.close()
+
+
+async def test_a_page_too_big_to_store_is_not_fetched_twice_for_each_crawler(tmp_path: Path) -> None:
+    # Filled, too big, then passed: the site built it twice a crawler; remembered, the next crawlers go straight.
+    built: list[str] = []
+
+    async def export(request: Request) -> Response:
+        built.append(request.url.path)
+        return Response(b"x" * 200_000, media_type="text/csv")
+
+    site = Starlette(routes=[Route("/export", export)])
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"), page_max_bytes=100_000))
+    gate = CrawlerGateMiddleware(site, settings=settings)
+    async with _client(gate) as client:
+        answers = [await client.get("/export", headers=GOOGLEBOT) for _ in range(3)]
+    assert all(len(answer.content) == 200_000 for answer in answers)
+    assert len(built) == 4  # the first crawler's fill and its own request, then one request each
+    assert gate.stats()["not_stored"] == {"too-big": 3}
+    gate.core.close()

@@ -59,6 +59,12 @@ class FillResult:
     error: OriginError | None = None
 
 
+# How long a page the site answered with what is passed on (PassedOn) goes to the site without a fill first, and
+# how many such pages a gate remembers at most (emptied when full: bounded whatever crawlers ask for).
+PASSED_ON_SECONDS = 600.0
+PASSED_ON_PAGES = 10_000
+
+
 class _Flight:
     """One blocking fill in progress that other threads wait for."""
 
@@ -106,6 +112,10 @@ class Filler:
         self._blocking_fills: dict[str, _Flight] = {}
         self._blocking_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="crawlergate-fill")
+        # Pages the site answered lately with what is passed on, not stored (too big, a stream, a coding the gate
+        # cannot read): until when, and why. Their crawlers go to the site at once; a fill first made each of them
+        # cost the site the page twice.
+        self._passed_on: dict[str, tuple[float, PassedOn]] = {}
         # Filled pages go to disk, the catalogue and the published tree in this thread, after their answer.
         self.writer = PageWriter(cache, catalogue, self._publish if published is not None else None)
 
@@ -120,6 +130,7 @@ class Filler:
 
         ``previous`` is the stored copy being replaced (regeneration): an unchanged page keeps its Last-Modified.
         """
+        self._raise_if_passed_on_lately(key)
         pending = self._async_fills.get(key.digest)
         if pending is not None:
             self.valve.withdrawn(key.digest)  # let through, but the fill under way answers it
@@ -151,6 +162,10 @@ class Filler:
 
     def fill_blocking(self, key: CacheKey, fetch: Callable[[], OriginResponse]) -> FillResult:
         """``fill`` for threads: waits at most the fill deadline, then reports an OriginTimeout."""
+        try:
+            self._raise_if_passed_on_lately(key)
+        except PassedOn as passed:
+            return FillResult(error=passed)
         with self._blocking_lock:
             flight = self._blocking_fills.get(key.digest)
             leader = flight is None
@@ -257,10 +272,24 @@ class Filler:
         self.valve.sample(elapsed_ms, key.digest)
         return elapsed_ms
 
+    def _raise_if_passed_on_lately(self, key: CacheKey) -> None:
+        remembered = self._passed_on.get(key.digest)
+        if remembered is None:
+            return
+        until, passed = remembered
+        if self.clock() >= until:
+            self._passed_on.pop(key.digest, None)
+            return
+        self.metrics.count_not_stored(passed.reason)
+        raise type(passed)(str(passed))
+
     def _count_failure(self, error: OriginError, started: float, key: CacheKey) -> None:
         self._count_fetch(started, key)
         if isinstance(error, PassedOn):  # the site answered; the page is passed on, not stored
             self.metrics.count_not_stored(error.reason)
+            if len(self._passed_on) >= PASSED_ON_PAGES:
+                self._passed_on.clear()
+            self._passed_on[key.digest] = (self.clock() + PASSED_ON_SECONDS, error)
             return
         self.metrics.count("origin_errors")
         self.metrics.count_not_stored("origin-error")
