@@ -87,8 +87,9 @@ class ServerSettings:
     max_headers: int = 100
     # Seconds a request's head may take to arrive; past it the connection is closed (see max_header_bytes).
     header_timeout_seconds: float = 10.0
-    # Seconds a client may take to read any of an answer it is sent; past it the connection is dropped and the
-    # origin's connection, if the answer came from it, goes back (nginx's send_timeout, 60 s).
+    # Seconds a client may leave its connection's send buffer full (reading none of it, or a few hundred bytes a
+    # second of a large answer); past it the connection is dropped, and the origin's connection that fed it
+    # (nginx's send_timeout, 60 s).
     send_timeout_seconds: float = 60.0
     # Connections served at once by each worker; past this uvicorn answers 503 (its limit_concurrency).
     max_connections: int = 2048
@@ -104,12 +105,14 @@ class ServerSettings:
     origin_send_timeout_seconds: float = 60.0
     # Read a person's request body whole before asking the origin (nginx's proxy_request_buffering): a client
     # that sends its body slowly then holds a connection of the gate's, not one of the origin's few workers.
-    # Bodies over 1 MiB wait in a temporary file (TMPDIR). false: sent on as it arrives.
+    # Bodies over 64 KiB wait in a temporary file (TMPDIR: on a tmpfs /tmp, in memory). false: sent on as it
+    # arrives.
     buffer_request_bodies: bool = True
     # Longest pause between two reads of a request body; past it, 408 (nginx's client_body_timeout).
     body_timeout_seconds: float = 60.0
-    # The largest request body; past it, 413 (nginx's client_max_body_size).
-    max_body_bytes: int = 1024 * 1024 * 1024
+    # The largest request body; past it, 413 (nginx's client_max_body_size, 1 MiB there; sites raise it for
+    # uploads). Each connection may hold one body this large in a temporary file.
+    max_body_bytes: int = 100 * 1024 * 1024
     # Connections to the origin at once, per worker: people's requests, and the gate's fills (crawlers'
     # misses and regeneration) in a pool of their own, so neither can take the other's. Past the limit a
     # request waits origin_connect_timeout_seconds for a place, then gets 504.

@@ -51,6 +51,22 @@ def test_forwarded_membership() -> None:
         pytest.param(
             [(b"x-forwarded-for", b"198.51.100.7"), (b"x-real-ip", b"203.0.113.5")], "198.51.100.7", id="xff-first"
         ),
+        # A front that sets one header passes on the others as the client wrote them: none makes it local.
+        pytest.param(
+            [(b"x-forwarded-for", b"127.0.0.1"), (b"x-real-ip", b"203.0.113.5")], "203.0.113.5", id="forged-xff"
+        ),
+        pytest.param([(b"x-forwarded-for", b""), (b"x-real-ip", b"203.0.113.5")], "203.0.113.5", id="empty-xff"),
+        pytest.param(
+            [(b"x-real-ip", b"::1"), (b"x-forwarded-for", b"::1"), (b"forwarded", b"for=203.0.113.5")],
+            "203.0.113.5",
+            id="forged-both-behind-forwarded",
+        ),
+        pytest.param(
+            [(b"x-forwarded-for", b"203.0.113.5"), (b"x-real-ip", b"127.0.0.1")], "203.0.113.5", id="forged-real-ip"
+        ),
+        pytest.param(
+            [(b"x-forwarded-for", b"127.0.0.1"), (b"x-real-ip", b"127.0.0.1")], "127.0.0.1", id="the-machines-own"
+        ),
     ],
 )
 def test_forwarded_client_from_other_fronts_headers(headers: list[tuple[bytes, bytes]], client: str) -> None:

@@ -806,7 +806,8 @@ async def test_an_apps_exception_in_a_fill_is_logged_with_its_traceback(
     gate = CrawlerGateMiddleware(site, settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
     async with _client(gate) as client:
         for number in range(3):
-            assert (await client.get(f"/boom/{number}", headers=GOOGLEBOT)).status_code == 502
+            # Starlette's error middleware answered 500, then raised: the crawler gets the site's own answer.
+            assert (await client.get(f"/boom/{number}", headers=GOOGLEBOT)).status_code == 500
     said = [record for record in caplog.records if record.levelname == "ERROR" and record.exc_info]
     assert len(said) == 1 and "the database is down" in said[0].getMessage()  # once a minute, not once a fill
     gate.core.close()
@@ -864,4 +865,19 @@ async def test_a_page_too_big_to_store_is_not_fetched_twice_for_each_crawler(tmp
     assert all(len(answer.content) == 200_000 for answer in answers)
     assert len(built) == 4  # the first crawler's fill and its own request, then one request each
     assert gate.stats()["not_stored"] == {"too-big": 3}
+    gate.core.close()
+
+
+async def test_a_page_whose_app_raises_just_after_it_is_stored(tmp_path: Path) -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/html")]})
+        await send({"type": "http.response.body", "body": b"<p>page</p>"})
+        raise RuntimeError("after the page")
+
+    gate = CrawlerGateMiddleware(app, settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
+    async with _client(gate) as client:
+        first = await client.get("/t/1", headers=GOOGLEBOT)
+        second = await client.get("/t/1", headers=GOOGLEBOT)
+    assert first.status_code == 200 and first.text == "<p>page</p>"
+    assert second.headers["x-crawlergate"].startswith("l1-hit")
     gate.core.close()

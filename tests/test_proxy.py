@@ -90,7 +90,7 @@ def forum_proxy(forum: ServerThread, tmp_path: Path) -> Iterator[ServerThread]:
 
 @pytest.fixture
 def echo_proxy(echo: ServerThread, tmp_path: Path) -> Iterator[ServerThread]:
-    proxy = _proxy(echo.url, tmp_path)
+    proxy = _proxy(echo.url, tmp_path, max_body_bytes=512 * MB)  # the large upload below, past the default
     yield proxy
     proxy.stop()
 

@@ -210,8 +210,10 @@ class AsgiOrigin:
         finally:
             ended.cancel()
         complete = finished.is_set()
-        if call.done():
-            call.result()  # the app's own exception, if it raised
+        if call.done() and not complete:
+            call.result()  # the app's own exception, if it raised before its page ended
+        elif call.done():
+            self._after_page_done(call)
         else:
             self._after_pages.add(call)
             call.add_done_callback(self._after_page_done)
@@ -225,7 +227,7 @@ class AsgiOrigin:
         if not call.cancelled() and call.exception() is not None:
             error = call.exception()
             assert error is not None
-            self._said.exception(OriginError(f"the site raised after a fill's page: {error!r}"), error)
+            self._said.exception(OriginError(f"the site raised once a fill's answer had ended: {error!r}"), error)
 
 
 class WsgiOrigin:

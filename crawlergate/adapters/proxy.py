@@ -140,7 +140,7 @@ class ReverseProxy:
         websocket_max_message_bytes: int = MAX_MESSAGE_BYTES,
         buffer_bodies: bool = True,
         body_timeout_s: float = 60.0,
-        max_body_bytes: int = 1024 * 1024 * 1024,
+        max_body_bytes: int = 100 * 1024 * 1024,
     ) -> None:
         parts = urlsplit(origin)
         if parts.scheme not in ("http", "https") or not parts.netloc:

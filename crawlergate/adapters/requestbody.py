@@ -5,7 +5,7 @@ to send it: a PHP-FPM pool, gunicorn's sync workers or Apache's prefork children
 sending a byte every two seconds held a four-worker origin for as long as they liked. Read whole first, a slow
 body holds a connection of the gate's, which has thousands, and the origin gets it at once.
 
-A body up to MEMORY_BYTES waits in memory, a larger one in a temporary file (as nginx's client_body_temp); a
+A body up to MEMORY_BYTES (64 KiB) waits in memory, a larger one in a temporary file (as nginx's client_body_temp); a
 body over ``max_bytes`` is refused with 413 (``client_max_body_size``), one whose next bytes take longer than
 ``timeout_s`` with 408 (``client_body_timeout``).
 
@@ -23,8 +23,8 @@ from typing import IO
 
 from starlette.types import Receive
 
-# A body up to this size waits in memory; past it, in a temporary file.
-MEMORY_BYTES = 1024 * 1024
+# A body up to this size waits in memory; past it, in a temporary file: no more a connection than streaming held.
+MEMORY_BYTES = 64 * 1024
 # What a body in a file is sent on in.
 CHUNK_BYTES = 64 * 1024
 

@@ -30,7 +30,7 @@ class TrustedProxies:
         # header work. Bounded: emptied when full, so a sweep of addresses only costs the parsing.
         self._known: dict[str, bool] = {}
         # The client behind each (peer, X-Forwarded-For) seen last: a crawler sends the same one for a while.
-        self._clients: dict[tuple[str, bytes], str] = {}
+        self._clients: dict[tuple[str, bytes, bytes, bytes], str] = {}
 
     def __contains__(self, address: object) -> bool:
         if not self._networks or not isinstance(address, str) or not address:
@@ -51,33 +51,32 @@ class TrustedProxies:
 
     def client(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
         """The client's address: walk X-Forwarded-For from the right while the hops are trusted proxies. A front
-        that sends X-Real-IP (nginx's realip default) or Forwarded (RFC 7239) instead is read the same way: without
-        any, every visitor of a front on this machine would be taken for a local client."""
+        may name the client in X-Real-IP (nginx's realip default) or Forwarded (RFC 7239) instead, and pass on
+        whichever of the three it does not set as the client wrote it: each present is walked the same way, and
+        the first that names another machine wins, so no header a client writes makes it a local client."""
         if peer is None or peer not in self:
             return peer
-        values: list[bytes] = []
+        forwarded_for: list[bytes] = []
         real_ip = b""
         nodes: list[bytes] = []
         for name, value in headers:
             if name == b"x-forwarded-for":
-                values.append(value)
+                forwarded_for.append(value)
             elif name == b"x-real-ip":
                 real_ip = value
             elif name == b"forwarded":
                 nodes += _forwarded_for_parameters(value)
-        if not values:
-            values = [real_ip] if real_ip else [b",".join(nodes)] if nodes else []
-        if not values:
+        if not (forwarded_for or real_ip or nodes):
             return peer
-        forwarded = values[0] if len(values) == 1 else b",".join(values)
-        if len(forwarded) > _REMEMBERED_BYTES:
-            return self._forwarded_for(peer, forwarded)
-        key = (peer, forwarded)
+        key = (peer, b",".join(forwarded_for), real_ip, b",".join(nodes))
         known = self._clients.get(key)
         if known is None:
             if len(self._clients) >= _KNOWN_ADDRESSES:
                 self._clients.clear()
-            known = self._clients[key] = self._forwarded_for(peer, forwarded)
+            named = [self._forwarded_for(peer, value) for value in key[1:] if value]
+            known = next((address for address in named if not is_loopback(address)), named[0] if named else peer)
+            if sum(map(len, key[1:])) <= _REMEMBERED_BYTES:
+                self._clients[key] = known
         return known
 
     def _forwarded_for(self, peer: str, forwarded: bytes) -> str:
