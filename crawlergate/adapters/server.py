@@ -46,8 +46,10 @@ GRACEFUL_SHUTDOWN_S = 30
 ORIGIN_PROBE_S = 2.0
 # Connections the kernel queues before the server accepts them (nginx's default is 511).
 BACKLOG = 2048
-# How often a worker of `serve --workers N` looks whether the master that started it is still there.
+# How often a worker of `serve --workers N` looks whether the master that started it is still there, and where
+# the master writes its pid for them (outside CRAWLERGATE_*, which are settings).
 MASTER_CHECK_S = 1.0
+MASTER_PID_VARIABLE = "_CRAWLERGATE_SERVE_MASTER_PID"
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -124,6 +126,7 @@ def _serve(settings: Settings, stored: list[str], logs: list[Path]) -> int:
     server = settings.server
     # Workers build their app from the environment: these settings, whole, as one serialised value.
     os.environ.update(settings.to_environ())
+    os.environ[MASTER_PID_VARIABLE] = str(os.getpid())
 
     l1 = (
         f"memcached {', '.join(settings.l1.memcached)}"
@@ -189,11 +192,12 @@ def _raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
 
 
-def stop_with_master() -> None:
+def stop_with_master(environment: Mapping[str, str] = os.environ) -> None:
     """Stop this worker as SIGTERM does (gracefully) once the master that started it is gone. A master killed
     alone (a supervisor's SIGKILL to one process) would leave its workers answering on the port, and the next
-    start could not listen on it; gunicorn's workers leave too."""
-    master = os.getppid()
+    start could not listen on it; gunicorn's workers leave too. The master's pid comes from the environment it
+    set: a worker still starting when the master died has another parent already."""
+    master = int(environment.get(MASTER_PID_VARIABLE, "0")) or os.getppid()
 
     def watch() -> None:
         while os.getppid() == master:
