@@ -227,10 +227,12 @@ class ReverseProxy:
             return
         target, headers = self._outgoing(scope, raw_path, query, hosts)
         method: str = scope["method"]
+        # A fill called the ASGI way (the proxy inside another app; AsgiOrigin asks ``fetch_for_fill`` otherwise).
+        fill = FILL_EXTENSION in scope.get("extensions", {})
         # A body's end, after which the client's leaving is watched for (until then the body's stream sees it).
         body_sent = asyncio.Event() if _has_body(scope) else None
         body: AsyncIterator[bytes] | None = None
-        if body_sent is not None and self._buffer_bodies and FILL_EXTENSION not in scope.get("extensions", {}):
+        if body_sent is not None and self._buffer_bodies and not fill:
             buffered = await self._whole_body(scope, receive, send)
             if buffered is None:
                 return
@@ -238,8 +240,6 @@ class ReverseProxy:
             body = buffered.chunks()
         elif body_sent is not None:
             body = _request_body(receive, body_sent)
-        # A fill called the ASGI way (the proxy inside another app; AsgiOrigin asks ``fetch_for_fill`` otherwise).
-        fill = FILL_EXTENSION in scope.get("extensions", {})
         transport = self._single_use if fill or method == "HEAD" else self._transport
         try:
             exchange = self._exchange(transport, method, target, headers, body)
