@@ -167,13 +167,16 @@ def start_proxy_cache(prefix: Path, port: int, origin: int, workers: int) -> sub
     return subprocess.Popen(["nginx", "-p", str(prefix), "-c", str(prefix / "nginx.conf")], stderr=subprocess.DEVNULL)
 
 
-def start_gate(folder: Path, port: int, origin: int, max_bytes: int, workers: int = 1) -> subprocess.Popen[bytes]:
+def start_gate(
+    folder: Path, port: int, origin: int, max_bytes: int, workers: int = 1, *, fill_keep_alive: bool = False
+) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "crawlergate", "serve", "--origin", f"http://127.0.0.1:{origin}"]
     command += ["--port", str(port), "--cache-dir", str(folder), "--workers", str(workers)]
     (folder / MARKER_FILE).unlink(missing_ok=True)  # the folder is this benchmark's, whatever port its origin has
     environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
     environment |= {"CRAWLERGATE_L2_MAX_BYTES": str(max_bytes), "CRAWLERGATE_L1_MAX_BYTES": str(L1_BYTES)}
-    environment |= {"CRAWLERGATE_LOG_ACCESS_LOG": str(folder.parent / f"access-{folder.name}.log")}
+    environment |= {"CRAWLERGATE_LOG_ACCESS_LOG": str(folder.parent / f"access-{folder.name}-{port}.log")}
+    environment |= {"CRAWLERGATE_SERVER_FILL_KEEP_ALIVE": "true" if fill_keep_alive else "false"}
     return subprocess.Popen(command, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=environment)
 
 
@@ -287,7 +290,7 @@ def main() -> int:
     generate(big, args.pages)
     generate(small, 10_000)
     for folder in (big, small):  # what the last run's misses added, gone
-        for path in folder.parent.glob(f"access-{folder.name}.log*"):
+        for path in folder.parent.glob(f"access-{folder.name}-*.log*"):
             path.unlink()
     origin_port, gate_port, nginx_port = free_port(), free_port(), free_port()
     processes = [start_origin(work / "origin", origin_port)]
@@ -328,21 +331,27 @@ def main() -> int:
         gate = start_gate(big, gate_port, origin_port, cap, args.workers)
         started(gate, gate_port, time.monotonic(), args.pages)
         wait_loaded(gate_port)  # as the hits: a server up for a while (its start-up is measured above)
+        # The same folder, fills on connections kept open (server.fill_keep_alive), beside it.
+        kept_port = free_port()
+        processes.append(start_gate(big, kept_port, origin_port, cap, args.workers, fill_keep_alive=True))
         proxy = start_proxy_cache(work / "nginx", nginx_port, origin_port, args.workers)
         processes.append(proxy)
         wait_for(nginx_port)
-        misses: dict[str, list[float]] = {"serve": [], "nginx": []}
+        wait_for(kept_port)
+        cases = {"serve": gate_port, "serve, server.fill_keep_alive": kept_port, "nginx": nginx_port}
+        misses: dict[str, list[float]] = {name: [] for name in cases}
         for number in range(args.rounds):
-            for name, port in (("serve", gate_port), ("nginx", nginx_port)):
-                start = 10 * args.pages + (number * 2 + (name == "nginx")) * 10_000_000
+            for turn, (name, port) in enumerate(cases.items()):
+                start = 10 * args.pages + (number * len(cases) + turn) * 10_000_000
                 run = wrk_with(NEW_PAGE.replace("{start}", str(start)), port, args.seconds, work)
                 misses[name].append(run["rps"])
-        serve_misses, nginx_misses = statistics.median(misses["serve"]), statistics.median(misses["nginx"])
-        ratio = serve_misses / nginx_misses
-        print(
-            f"misses, {args.workers} worker(s) each: serve {serve_misses:,.0f}/s, nginx proxy_cache "
-            f"{nginx_misses:,.0f}/s = {ratio:.2f}x"
-        )
+        nginx_misses = statistics.median(misses.pop("nginx"))
+        for name, measured in misses.items():
+            served = statistics.median(measured)
+            print(
+                f"misses, {args.workers} worker(s) each: {name} {served:,.0f}/s, nginx proxy_cache "
+                f"{nginx_misses:,.0f}/s = {served / nginx_misses:.2f}x"
+            )
         stored = l2_figures(gate_port)["bytes"]
         stop(gate)
         lowered = int(stored * 0.9)

@@ -563,6 +563,37 @@ def test_proxy_bytes_an_origin_sends_late_never_become_the_next_fills_page(
     assert [answer.text for answer in victims] == expected and [answer.text for answer in again] == expected
 
 
+@pytest.mark.parametrize(("keep_alive", "connections"), [(False, 6), (True, 1)])
+def test_proxy_fills_keep_their_connections_only_when_told(
+    raw_origin: RawHttpServer, tmp_path: Path, keep_alive: bool, connections: int
+) -> None:
+    """Six misses, one at a time: six connections to the origin, or one with ``server.fill_keep_alive``."""
+    proxy = _proxy(raw_origin.url, tmp_path, fill_keep_alive=keep_alive)
+    try:
+        with httpx.Client(base_url=proxy.url) as client:
+            pages = [client.get(f"/kept{number}", headers=GOOGLEBOT) for number in range(6)]
+    finally:
+        proxy.stop()
+    assert [page.text for page in pages] == [f"<p>page /kept{number}</p>" for number in range(6)]
+    assert raw_origin.accepted == connections
+
+
+def test_proxy_fills_kept_alive_still_drop_bytes_past_an_answers_end(raw_origin: RawHttpServer, tmp_path: Path) -> None:
+    """A connection kept for fills is given up when its answer brought more than its Content-Length, in the same read
+    or in a later write that comes while it is idle: the next fills read their own pages."""
+    proxy = _proxy(raw_origin.url, tmp_path, fill_keep_alive=True)
+    try:
+        with httpx.Client(base_url=proxy.url) as client:
+            leaving = [client.get(path, headers=GOOGLEBOT) for path in ("/cllong", "/late")]
+            time.sleep(0.2)  # the late write arrives on an idle connection
+            victims = [client.get(f"/victim{number}", headers=GOOGLEBOT) for number in range(3)]
+    finally:
+        proxy.stop()
+    assert [answer.text for answer in leaving] == ["hello", "hi"]
+    assert [answer.text for answer in victims] == [f"<p>page /victim{number}</p>" for number in range(3)]
+    assert raw_origin.accepted == 3  # /cllong's and /late's given up, one kept for the victims
+
+
 def test_proxy_refuses_targets_and_hosts_an_origin_must_not_see(raw_origin: RawHttpServer, tmp_path: Path) -> None:
     proxy = _proxy(raw_origin.url, tmp_path)
     try:

@@ -117,7 +117,7 @@ class ReverseProxy:
         public_url: the site as the world sees it; empty takes each request's own scheme and Host.
         forward_host: "client" sends the client's Host to the origin, "origin" the origin's address.
         max_connections: people's connections to the origin at once; fills and HEAD requests have
-            ``fill_max_connections`` of their own.
+            ``fill_max_connections`` of their own, each used once (fills keep theirs with ``fill_keep_alive``).
         per_client: a client's requests to the origin at once (0: no limit); past it, 503.
         websocket_max_message_bytes: the largest WebSocket message relayed either way; a larger one closes with 1009.
         buffer_bodies: a request's body is read whole before the origin is asked (adapters/requestbody.py), its
@@ -133,6 +133,7 @@ class ReverseProxy:
         send_timeout_s: float = 60.0,
         max_connections: int = 512,
         fill_max_connections: int = 128,
+        fill_keep_alive: bool = False,
         per_client: int = 0,
         trusted_proxies: tuple[str, ...] = (),
         public_url: str = "",
@@ -163,8 +164,10 @@ class ReverseProxy:
         # stored and served to every crawler: bytes an origin sends past the end of an answer close a connection
         # when they arrive while it is idle, but bytes that come later (a second write of a page longer than its
         # Content-Length, echoing what a client asked for) would be read as the next request's answer on a
-        # connection kept alive. A new connection per fill costs ~65 us of a miss; that is the price.
+        # connection kept alive. A new connection per fill costs about a fifth of a miss's CPU: an operator who
+        # trusts the origin's framing keeps fills' connections (server.fill_keep_alive).
         self._single_use = OriginTransport(max_connections=fill_max_connections, keep_alive=False)
+        self._fills = OriginTransport(max_connections=fill_max_connections) if fill_keep_alive else self._single_use
         self._timeouts = {
             "connect": connect_timeout_s,
             "read": timeout_s,
@@ -188,6 +191,7 @@ class ReverseProxy:
         self._closed = True
         await self._transport.aclose()
         await self._single_use.aclose()
+        await self._fills.aclose()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -240,7 +244,7 @@ class ReverseProxy:
             body = buffered.chunks()
         elif body_sent is not None:
             body = _request_body(receive, body_sent)
-        transport = self._single_use if fill or method == "HEAD" else self._transport
+        transport = self._fills if fill else self._single_use if method == "HEAD" else self._transport
         try:
             exchange = self._exchange(transport, method, target, headers, body)
             # A fill has no client to leave.
@@ -305,7 +309,7 @@ class ReverseProxy:
         hosts = [value for name, value in scope["headers"] if name == b"host"]
         target, headers = self._outgoing(scope, scope["raw_path"], scope["query_string"], hosts)
         try:
-            answer, whole = await self._exchange(self._single_use, "GET", target, headers, None)
+            answer, whole = await self._exchange(self._fills, "GET", target, headers, None)
         except (httpx.HTTPError, OSError) as exc:
             raise self._fill_failed(exc) from exc
         try:
@@ -443,6 +447,7 @@ def create_app(settings: Settings) -> CrawlerGateMiddleware:
         send_timeout_s=settings.server.origin_send_timeout_seconds,
         max_connections=settings.server.origin_max_connections,
         fill_max_connections=settings.server.fill_max_connections,
+        fill_keep_alive=settings.server.fill_keep_alive,
         per_client=settings.server.origin_requests_per_client,
         trusted_proxies=settings.server.trusted_proxies,
         public_url=settings.server.public_url,
