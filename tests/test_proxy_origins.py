@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import httpx
 import pytest
@@ -838,6 +839,35 @@ def test_proxy_a_slow_upload_reaches_the_origin_whole_and_at_once(tmp_path: Path
         origin.stop()
     assert answer.startswith(b"HTTP/1.1 200") and [body for _, body in received] == [b"hellohellohello"]
     assert received[0][0] >= sent_at
+
+
+class _QuietWsgiHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the name wsgiref calls it by
+        pass
+
+
+@pytest.mark.parametrize("size", [10, 200 * 1024])  # held in memory, and in a temporary file
+def test_proxy_a_chunked_upload_reaches_a_server_that_reads_only_content_length(tmp_path: Path, size: int) -> None:
+    """wsgiref (under Django's runserver) reads a body by its Content-Length alone: a chunked upload, read whole
+    first, goes on with its length, as nginx sends it, and arrives whole."""
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        received = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"%d %s" % (len(received), environ.get("HTTP_TRANSFER_ENCODING", "-").encode())]
+
+    origin = make_server("127.0.0.1", 0, app, handler_class=_QuietWsgiHandler)
+    threading.Thread(target=origin.serve_forever, daemon=True).start()
+    proxy = proxy_thread(f"http://127.0.0.1:{origin.server_port}", tmp_path)
+    try:
+        pieces = [b"x" * (size // 2), b"y" * (size - size // 2)]
+        answer = httpx.post(f"{proxy.url}/upload", content=iter(pieces), headers=FIREFOX)
+    finally:
+        proxy.stop()
+        origin.shutdown()
+        origin.server_close()
+    assert answer.request.headers["transfer-encoding"] == "chunked"
+    assert answer.text == f"{size} -"
 
 
 @pytest.mark.parametrize("case", ["slow", "declared-too-large", "chunked-too-large"])

@@ -242,6 +242,10 @@ class ReverseProxy:
                 return
             body_sent.set()
             body = buffered.chunks()
+            if not any(name == b"content-length" for name, _ in headers):
+                # A chunked upload, now whole, goes on with its length, as nginx sends it: servers that read only
+                # Content-Length (Django's runserver, wsgiref, CGI) would otherwise see no body at all.
+                headers.append((b"content-length", b"%d" % buffered.size))
         elif body_sent is not None:
             body = _request_body(receive, body_sent)
         transport = self._fills if fill else self._single_use if method == "HEAD" else self._transport

@@ -95,6 +95,10 @@ class BufferedBody:
             self._chunks = []
         self._file.write(chunk)
 
+    @property
+    def size(self) -> int:
+        return self._size
+
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body, in the pieces it came in (from memory) or in CHUNK_BYTES (from its file), then closed."""
         try:
