@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.cache import TwoLevelCache
-from crawlergate.config import CacheSettings, L1Settings, L2Settings, ServerSettings, Settings
+from crawlergate.config import CacheSettings, L1Settings, L2Settings, LogSettings, ServerSettings, Settings
 from crawlergate.errors import ConfigError
 from crawlergate.gate.relearn import LOCK_FILE as RELEARN_LOCK_FILE
 from crawlergate.metrics import Metrics
@@ -811,6 +811,24 @@ async def test_an_apps_exception_in_a_fill_is_logged_with_its_traceback(
     said = [record for record in caplog.records if record.levelname == "ERROR" and record.exc_info]
     assert len(said) == 1 and "the database is down" in said[0].getMessage()  # once a minute, not once a fill
     gate.core.close()
+
+
+async def test_a_persons_request_the_site_fails_before_answering_is_logged_as_500(tmp_path: Path) -> None:
+    """The server answers 500 for an app that raised before its answer: the access log says so (not nothing)."""
+
+    async def broken(scope: Scope, receive: Receive, send: Send) -> None:
+        raise RuntimeError("the database is down")
+
+    log = tmp_path / "access.log"
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), log=LogSettings(access_log=str(log)))
+    gate = CrawlerGateMiddleware(broken, settings=settings)
+    async with _client(gate) as client:
+        with pytest.raises(RuntimeError, match="database"):
+            await client.get("/t/1", headers={**FIREFOX, "cookie": "session=1"})
+    gate.core.close()
+    gate.runtime.access_log.close()  # type: ignore[union-attr]
+    line = log.read_text()
+    assert '"GET /t/1 HTTP/1.1" 500 0 ' in line and line.count("\n") == 1
 
 
 @pytest.mark.parametrize("front", [b"x-real-ip", b"forwarded"])

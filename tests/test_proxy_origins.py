@@ -29,7 +29,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from crawlergate.adapters.proxy import create_app
-from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
+from crawlergate.config import CacheSettings, L2Settings, LogSettings, ServerSettings, Settings
 from tests.conftest import RawHttpServer, ServerThread, proxy_thread, serve_process
 from tests.visitors import FIREFOX, FIREFOX_LINES, GOOGLEBOT, GOOGLEBOT_SMARTPHONE
 
@@ -375,6 +375,34 @@ def test_proxy_clients_that_leave_free_their_origin_connections_at_once(tmp_path
     assert waited_s < 1.0
     # The gate hung up on the origin for every client that left (or never sent it the request at all).
     assert len(arrived) - len(left) <= 5, (len(arrived), len(left))
+
+
+def test_proxy_a_client_that_leaves_before_its_answer_is_logged_as_nginx_logs_it(tmp_path: Path) -> None:
+    """499 (nginx's "client closed request"), with the time it waited: 520 such clients are an attack the access log
+    must show."""
+    origin = ServerThread(_site_with_a_slow_page(3)).start()
+    log = tmp_path / "access.log"
+    settings = Settings(
+        server=ServerSettings(origin=origin.url),
+        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
+        log=LogSettings(access_log=str(log)),
+    )
+    proxy = ServerThread(create_app(settings)).start()
+    request = b"GET /slow HTTP/1.1\r\nHost: site.example\r\nCookie: session=1\r\n" + FIREFOX_LINES + b"\r\n"
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as raw:
+            raw.sendall(request)
+            time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and " 499 " not in (log.read_text() if log.exists() else ""):
+            time.sleep(0.1)
+    finally:
+        proxy.stop()
+        origin.stop()
+    line = log.read_text()
+    assert '"GET /slow HTTP/1.1" 499 0 ' in line and line.count("\n") == 1
+    waited_us = int(line.split(" pass ")[0].rsplit(" ", 1)[1])  # the TTFB field, before the outcome
+    assert 250_000 <= waited_us < 3_000_000  # from the request to the client's leaving, not the page's 3 s
 
 
 def _site_with_a_slow_page(seconds: float) -> Starlette:

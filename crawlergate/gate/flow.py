@@ -25,6 +25,7 @@ The ASGI and WSGI middlewares (and through the first the proxy) differ only in h
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
@@ -396,6 +397,7 @@ class Passing:
         "_in",
         "_head",
         "_head_at",
+        "_logged",
     )
 
     def __init__(self, flow: CrawlerFlow, request: Request, decision: Decision, started: float) -> None:
@@ -413,6 +415,7 @@ class Passing:
         # The answer's headers, looked at once its body's first bytes went (``body``) or the site is done (``left``).
         self._head: Iterable[tuple[bytes, bytes]] | Iterable[tuple[str, str]] | None = None
         self._head_at = 0.0
+        self._logged = False
         flow.core.valve.entered()
 
     def wants_form(self, content_type: Callable[[], bytes]) -> bool:
@@ -460,17 +463,28 @@ class Passing:
         if self.ttfb_ms < 0:
             self.body(0)
         flow.metrics.add_origin_time(decision.kind, (time.perf_counter() - self.started) * 1000)
-        if flow.access_log is not None:
-            flow.access_log.log(self.request, self.status, self.sent, self.ttfb_ms, "pass", decision.verdict,
-                                decision.reasons)  # fmt: skip
+        self._log(self.status, self.ttfb_ms)
 
     def left(self) -> None:
-        """The site is done with the request (answered, failed or abandoned): no longer in flight."""
+        """The site is done with the request (answered, failed or abandoned): no longer in flight. An answer never
+        sent whole is logged now: with nginx's 499 when the client left before it began (500 when the site failed
+        before it, as the server then answers), else with its status and the bytes that went."""
         if self._head is not None:
             self._note_head()
         if self._in:
             self._in = False
             self._flow.core.valve.left()
+        if not self._logged:
+            # Called in the adapter's ``finally``: an exception on its way out is the site's failure.
+            status = self.status or (500 if isinstance(sys.exc_info()[1], Exception) else 499)
+            self._log(status, self.ttfb_ms if self.ttfb_ms >= 0 else (time.perf_counter() - self.started) * 1000)
+
+    def _log(self, status: int, ttfb_ms: float) -> None:
+        self._logged = True
+        access_log = self._flow.access_log
+        if access_log is not None:
+            decision = self.decision
+            access_log.log(self.request, status, self.sent, ttfb_ms, "pass", decision.verdict, decision.reasons)
 
     def follow_up(self) -> Callable[[], object] | None:
         """The work to run in the background once the site answered without failing: the write rules' marks
