@@ -859,8 +859,8 @@ def test_proxy_a_slow_upload_reaches_the_origin_whole_and_at_once(tmp_path: Path
             for piece in (b"hello", b"hello"):
                 time.sleep(0.4)
                 assert received == []  # the origin is not asked while the body comes
+                sent_at = time.monotonic()  # before the send: the origin may have the body before this thread runs on
                 raw.sendall(piece)
-            sent_at = time.monotonic()
             answer = _answer_of(raw)
     finally:
         proxy.stop()
