@@ -117,7 +117,8 @@ class ServerSettings:
     # misses and regeneration) in a pool of their own, so neither can take the other's. Past the limit a
     # request waits origin_connect_timeout_seconds for a place, then gets 504.
     origin_max_connections: int = 512
-    # Connections the gate's own fills (misses, regeneration) may hold at once, per worker.
+    # Connections the gate's own fills (misses, regeneration) may hold at once, per worker; HEAD requests share
+    # them, or, with fill_keep_alive, have as many again of their own.
     fill_max_connections: int = 128
     # Fills on connections kept open (nginx's upstream keepalive): about 1.4 times the misses a second, for an
     # origin trusted never to send bytes past an answer's end. Off, each fill has a connection of its own: bytes

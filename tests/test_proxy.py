@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -576,6 +577,37 @@ def test_proxy_fills_keep_their_connections_only_when_told(
         proxy.stop()
     assert [page.text for page in pages] == [f"<p>page /kept{number}</p>" for number in range(6)]
     assert raw_origin.accepted == connections
+
+
+@pytest.mark.parametrize("who", ["crawler", "person"])
+def test_proxy_an_origin_that_closes_after_each_answer_unannounced_fails_nobody(tmp_path: Path, who: str) -> None:
+    """Connections the origin closes after each answer, without ``Connection: close``, are kept idle until their close
+    is read: a request sent on one is sent again on a new connection, never on another idle one closed as well."""
+
+    def closing(method: bytes, path: bytes) -> tuple[bytes, bool]:
+        body = b"<p>page %s</p>" % path
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body), True
+
+    origin = RawHttpServer(closing).start()
+    proxy = _proxy(origin.url, tmp_path, fill_keep_alive=True)
+    headers = GOOGLEBOT if who == "crawler" else {**FIREFOX, "cookie": "session=1"}
+
+    def visit(worker: int) -> list[tuple[int, str, str]]:
+        with httpx.Client(base_url=proxy.url, timeout=10) as client:
+            paths = [f"/w{worker}/p{number}" for number in range(15)]
+            return [
+                (answer.status_code, answer.text, path)
+                for path in paths
+                for answer in [client.get(path, headers=headers)]
+            ]
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            answers = [answer for answers in pool.map(visit, range(8)) for answer in answers]
+    finally:
+        proxy.stop()
+        origin.stop()
+    assert [(status, text) for status, text, _ in answers] == [(200, f"<p>page {path}</p>") for _, _, path in answers]
 
 
 def test_proxy_fills_kept_alive_still_drop_bytes_past_an_answers_end(raw_origin: RawHttpServer, tmp_path: Path) -> None:

@@ -164,10 +164,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._watch_at = 0.0
         # Since when the client has read nothing of what is written to it (its send buffer full), or None.
         self._stalled_since: float | None = None
-        # What the request's framing rules look at: its Host headers, and whether it names a transfer coding.
+        # What the request's framing rules look at: its Host headers, and the transfer codings it names.
         self._hosts = 0
         self._host = b""
-        self._transfer_encoding = False
+        self._transfer_coding = b""
         self._content_length = False
         # The answer the protocol writes once the gate has it (a fill, an L2 read), while it waits.
         self._answering: _Answering | None = None
@@ -217,7 +217,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._hosts = 0
         self._host = b""
-        self._transfer_encoding = False
+        self._transfer_coding = b""
         self._content_length = False
         if self._head_since is None:  # the first request's head is timed from the connection's start
             self._head_since = self.loop.time()
@@ -233,7 +233,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 self._hosts += 1
                 self._host = value
             elif name == b"transfer-encoding":
-                self._transfer_encoding = True
+                self._transfer_coding = value
             elif name == b"content-length":
                 self._content_length = value.strip() not in (b"0", b"")
             elif name == b"expect" and value.lower() == b"100-continue":
@@ -256,6 +256,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         malformed = self._malformed()
         if malformed:
             self._refuse(b"400 Bad Request", malformed)
+            return
+        if self._transfer_coding and self._transfer_coding.strip().lower() != b"chunked":
+            # "gzip, chunked": the body would reach the origin still coded, as if plain (nginx answers 501 too).
+            self._refuse(b"501 Not Implemented", b"No transfer coding but chunked is implemented here.\n")
             return
         handed_on: dict[str, object] = {}
         if self._answer_at_once is not None and self._answered_at_once(self._answer_at_once, handed_on):
@@ -324,7 +328,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.scheme or "http",
             version,
         )
-        may_wait = not self._transfer_encoding and not self._content_length and not self._over_limit()
+        may_wait = not self._transfer_coding and not self._content_length and not self._over_limit()
         response = answer_at_once(request, started, handed_on, may_wait)
         if response is None:
             return False
@@ -455,7 +459,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return b"An HTTP/1.1 request needs exactly one Host header (RFC 9112 3.2).\n"
         if self._hosts and not _HOST.fullmatch(self._host):
             return b"The Host header is no host name or address (RFC 9112 3.2).\n"
-        if self._transfer_encoding and version != "1.1":
+        if self._transfer_coding and version != "1.1":
             return b"Transfer-Encoding is not HTTP/1.0 (RFC 9112 6.1).\n"
         return b""
 

@@ -481,7 +481,8 @@ class OriginTransport(httpx.AsyncBaseTransport):
                 chunked, framing = True, b"Transfer-Encoding: chunked"
         head = _request_head(method, target, headers, address, keep_alive=self._keep_alive, framing=framing)
         for attempt in (1, 2):
-            connection, reused = await self._connection(address, timeouts.get("connect"))
+            # Once more on a new connection: the other idle ones may have been closed by the origin just as well.
+            connection, reused = await self._connection(address, timeouts.get("connect"), reuse=attempt == 1)
             try:
                 if body is None or isinstance(body, bytes):
                     await connection.send(method, head, body, chunked)  # one write, no wait: no timer
@@ -504,8 +505,10 @@ class OriginTransport(httpx.AsyncBaseTransport):
             return OriginAnswer(status, answer_headers, self, connection, timeouts.get("read"))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _connection(self, address: OriginAddress, timeout_s: float | None) -> tuple[_Connection, bool]:
-        idle = self._idle.get(address)
+    async def _connection(
+        self, address: OriginAddress, timeout_s: float | None, *, reuse: bool = True
+    ) -> tuple[_Connection, bool]:
+        idle = self._idle.get(address) if reuse else None
         while idle:
             connection = idle.pop()
             if not connection.closed:
