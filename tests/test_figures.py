@@ -154,6 +154,24 @@ def test_access_log_rotates_by_size_and_follows_a_moved_file(tmp_path: Path) -> 
     ), line
 
 
+@pytest.mark.parametrize(
+    "front_header",
+    [(b"x-forwarded-for", b"203.0.113.9"), (b"x-real-ip", b"203.0.113.9"), (b"forwarded", b'for="203.0.113.9"')],
+    ids=["x-forwarded-for", "x-real-ip", "forwarded"],
+)
+def test_access_log_names_the_client_a_trusted_front_names(tmp_path: Path, front_header: tuple[bytes, bytes]) -> None:
+    """Whichever header the front names the client in, the log's client is the one the gate's decisions read."""
+    log = AccessLog(tmp_path / "access.log", client_of=TrustedProxies(["127.0.0.1"]).client)
+    log.start()
+    try:
+        log.log(Request("GET", "/", b"/", b"", [front_header], "127.0.0.1"), 200, 10, 0.4, "pass")
+        log.log(Request("GET", "/", b"/", b"", [front_header], "198.51.100.7"), 200, 10, 0.4, "pass")
+    finally:
+        log.close()
+    clients = [line.split(" ", 1)[0] for line in (tmp_path / "access.log").read_text().splitlines()]
+    assert clients == ["203.0.113.9", "198.51.100.7"]  # an untrusted peer's header names nobody
+
+
 def test_serve_access_log_stays_under_its_size_in_a_burst(forum: ServerThread, tmp_path: Path) -> None:
     """A crawler burst for 60 s at full speed: the file never passes log.access_max_bytes (one worker: the
     file is rotated before a batch would cross it), the backups are kept, no more."""

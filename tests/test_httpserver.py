@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from crawlergate.adapters.httpserver import HeadLimits, LimitedHttpToolsProtocol
 from crawlergate.adapters.proxy import create_app
-from crawlergate.config import L2Settings, PolicySettings, ServerSettings, Settings
+from crawlergate.config import L2Settings, LogSettings, PolicySettings, ServerSettings, Settings
 from tests.conftest import ServerThread
 from tests.visitors import GOOGLEBOT_LINES
 
@@ -444,6 +444,38 @@ def test_httpserver_a_page_too_large_to_store_is_asked_of_the_site_after_all(tmp
         site.stop()
     for answer in (first, second):
         assert b"x-crawlergate: pass" in answer and answer.endswith(b"x" * 5000)
+
+
+def test_httpserver_a_crawler_that_leaves_before_its_fill_is_over_is_logged_as_nginx_logs_it(tmp_path: Path) -> None:
+    """The fill goes on and stores its page, but the client never got it: 499 with 0 bytes, not 200 "delivered"."""
+
+    async def slow(request):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(1)
+        return HTMLResponse("<p>a page</p>")
+
+    site = ServerThread(Starlette(routes=[Route("/{path:path}", slow)])).start()
+    log = tmp_path / "access.log"
+    settings = Settings(
+        server=ServerSettings(origin=site.url),
+        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
+        log=LogSettings(access_log=str(log)),
+    )
+    front = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol).start()
+    try:
+        with socket.create_connection(("127.0.0.1", front.port), timeout=5) as raw:
+            raw.sendall(b"GET /left HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n")
+            time.sleep(0.3)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and " miss " not in (log.read_text() if log.exists() else ""):
+            time.sleep(0.1)
+        stayed = _answers(front.port, b"GET /left HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n", 1)
+        time.sleep(0.7)  # past the log's flush
+    finally:
+        front.stop()
+        site.stop()
+    first, second = log.read_text().splitlines()
+    assert '"GET /left HTTP/1.1" 499 0 ' in first and " miss " in first
+    assert b"x-crawlergate: l1-hit" in stayed[0] and '"GET /left HTTP/1.1" 200 ' in second
 
 
 def test_httpserver_a_request_behind_a_hit_in_one_read_is_not_cut_by_keep_alive(

@@ -831,6 +831,21 @@ async def test_a_persons_request_the_site_fails_before_answering_is_logged_as_50
     assert '"GET /t/1 HTTP/1.1" 500 0 ' in line and line.count("\n") == 1
 
 
+async def test_a_persons_head_request_is_logged_with_no_body_sent(tmp_path: Path) -> None:
+    """Starlette writes a HEAD answer's body and the server drops it: the log counts what went, nothing."""
+    site = Starlette(routes=[Route("/t/{number}", lambda request: HTMLResponse("<p>page</p>"))])
+    log = tmp_path / "access.log"
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), log=LogSettings(access_log=str(log)))
+    gate = CrawlerGateMiddleware(site, settings=settings)
+    async with _client(gate) as client:
+        await client.head("/t/1", headers={**FIREFOX, "cookie": "session=1"})
+        await client.get("/t/1", headers={**FIREFOX, "cookie": "session=1"})
+    gate.core.close()
+    gate.runtime.access_log.close()  # type: ignore[union-attr]
+    head, get = log.read_text().splitlines()
+    assert '"HEAD /t/1 HTTP/1.1" 200 0 ' in head and '"GET /t/1 HTTP/1.1" 200 11 ' in get
+
+
 @pytest.mark.parametrize("front", [b"x-real-ip", b"forwarded"])
 async def test_admin_refuses_visitors_of_a_front_that_names_them_without_x_forwarded_for(
     tmp_path: Path, front: bytes

@@ -8,12 +8,13 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import httpx
 import pytest
 
 from crawlergate import CrawlerGateWSGI
-from crawlergate.config import CacheSettings, L2Settings, ServerSettings, Settings
+from crawlergate.config import CacheSettings, L2Settings, LogSettings, ServerSettings, Settings
 from tests.visitors import FIREFOX, GOOGLEBOT
 
 
@@ -103,6 +104,44 @@ def test_wsgi_site_exception_is_502(tmp_path: Path) -> None:
     assert response.status_code == 502
     assert stats["crawler"]["errors"] == 1
     gate.close()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_wsgi_app_that_fails_or_never_answers_before_start_response_is_logged_as_500(tmp_path: Path) -> None:
+    """The server answers 500 for both; a line with status 0 would be skipped as malformed by `classify --log`."""
+
+    def site(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        if environ["PATH_INFO"] == "/no-answer":
+            return []
+        raise_lazily = environ["PATH_INFO"] == "/lazy-failure"
+
+        def pieces() -> Iterator[bytes]:
+            if raise_lazily:
+                raise RuntimeError("the database is down")
+            start_response("200 OK", [("Content-Type", "text/html")])
+            yield b"<p>page</p>"
+
+        return pieces()
+
+    log = tmp_path / "access.log"
+    gate = CrawlerGateWSGI(site, settings=_settings(tmp_path, log=LogSettings(access_log=str(log))))
+    server = make_server("127.0.0.1", 0, gate, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    person = {**FIREFOX, "cookie": "session=1"}
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.server_port}", headers=person) as client:
+            seen = [client.get(path).status_code for path in ("/lazy-failure", "/no-answer", "/fine")]
+    finally:
+        server.shutdown()
+        server.server_close()
+        gate.close()
+    statuses = [line.split('" ', 1)[1].split(" ", 1)[0] for line in log.read_text().splitlines()]
+    assert seen == [500, 500, 200] and statuses == ["500", "500", "200"]
 
 
 def test_wsgi_fill_deadline_holds_when_the_site_hangs(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from uvicorn._types import HTTPScope
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from crawlergate.config import ServerSettings
-from crawlergate.gate.answer import SEND_PIECE_BYTES, Later, Response, pieces
+from crawlergate.gate.answer import LEFT_BEFORE_HEAD, SEND_PIECE_BYTES, Later, Response, pieces
 from crawlergate.gate.request import Request
 
 # What a client gets when the gate failed on its request (uvicorn's own words), before the connection closes.
@@ -385,8 +385,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             if answered is None:  # the site answers after all: the ASGI way, the request as decided
                 self._start_late_cycle(answering, request, handed_on)
                 return
-            await self._write_answered(answered[0], request.method.encode("ascii"), answering)
-            answered[1]()
+            sent = await self._write_answered(answered[0], request.method.encode("ascii"), answering)
+            answered[1](None if not answering.disconnected else sent if answering.began else LEFT_BEFORE_HEAD)
         except Exception:
             self.logger.exception("Exception in ASGI application\n")  # as uvicorn says of an app's failure
             if not answering.disconnected and not answering.began:
@@ -400,23 +400,27 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
         self.on_response_complete()
 
-    async def _write_answered(self, response: Response, method: bytes, answering: _Answering) -> None:
-        """Write ``response``; a large body in pieces, each once the client's socket took the one before."""
+    async def _write_answered(self, response: Response, method: bytes, answering: _Answering) -> int:
+        """Write ``response``; a large body in pieces, each once the client's socket took the one before. The
+        body bytes written (all of them unless the client left)."""
         body = response[2]
         whole = len(body) <= SEND_PIECE_BYTES
         if answering.disconnected:
-            return
+            return 0
         head = self._head(response, method, answering.keep_alive, whole=whole)
         answering.began = True
         self._write_whole(head)
         if whole or method == b"HEAD":
-            return
+            return len(body)
+        sent = 0
         for piece, _ in pieces(body):
             if self.flow.write_paused:
                 await self.flow.drain()
             if answering.disconnected:
-                return
+                break
             self._write_whole(piece)
+            sent += len(piece)
+        return sent
 
     def _start_late_cycle(self, answering: _Answering, request: Request, handed_on: dict[str, object]) -> None:
         """Hand a request the gate passes to the site, after waiting, to an ASGI cycle of uvicorn's."""

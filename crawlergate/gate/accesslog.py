@@ -52,6 +52,8 @@ MAX_QUEUED = 20_000
 MAX_FIELD_BYTES = 4096
 # Bytes nginx escapes in quoted fields ($http_user_agent, $request): quote, backslash, control and non-ASCII.
 _UNSAFE = re.compile(rb'["\\\x00-\x1f\x7f-\xff]')
+# Headers a trusted front names the client in (as the gate's decisions read them, gate/forwarded.py).
+_FORWARDING = frozenset((b"x-forwarded-for", b"x-real-ip", b"forwarded"))
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 ClientOf = Callable[[str | None, Iterable[tuple[bytes, bytes]]], str | None]
@@ -227,7 +229,7 @@ class AccessLog:
                 agent = value
             elif name == b"referer":
                 referer = value
-            elif name == b"x-forwarded-for":
+            elif name in _FORWARDING:
                 forwarded = True
         client = self._client_of(request.peer, headers) if forwarded else request.peer
         target = request.raw_path + b"?" + request.query if request.query else request.raw_path

@@ -25,8 +25,10 @@ class ConditionalHeaders(Protocol):
 
 
 Response = tuple[int, list[tuple[bytes, bytes]], bytes]
-# A response the gate gave itself, and the call that counts and logs it once it is sent.
-Answered = tuple[Response, Callable[[], None]]
+# A response the gate gave itself, and the call that counts and logs it once it is sent: with None when it
+# went whole, else the body bytes sent when the client left (LEFT_BEFORE_HEAD: before its head went).
+Answered = tuple[Response, Callable[[int | None], None]]
+LEFT_BEFORE_HEAD = -1
 # A server that answers requests itself awaits this for an answer that must wait (None: the site answers).
 Later = Coroutine[Any, Any, Answered | None]
 # An ASGI ``send``: the adapters' to give, so the live gate imports no interface's types.

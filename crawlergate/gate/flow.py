@@ -36,6 +36,7 @@ from crawlergate.errors import OriginTimeout
 from crawlergate.gate.accesslog import AccessLog
 from crawlergate.gate.answer import (
     INLINE_PAGE_BYTES,
+    LEFT_BEFORE_HEAD,
     SEND_PIECE_BYTES,
     Answered,
     Later,
@@ -293,15 +294,22 @@ class CrawlerFlow:
             return Answer(self.core.deny(), "denied")
         return Answer(plain_response(414, b"URI Too Long\n", outcome=b"pass"), "pass")
 
-    def finish(self, request: Request, decision: Decision, answer: Answer, started: float) -> None:
-        """Count an answer the gate gave itself, once sent, and log it."""
+    def finish(
+        self, request: Request, decision: Decision, answer: Answer, started: float, left_at: int | None = None
+    ) -> None:
+        """Count an answer the gate gave itself, once sent, and log it. ``left_at``: the client left after that
+        many bytes of its body (``LEFT_BEFORE_HEAD``: before its head, logged 499 as nginx does); None: it went
+        whole. Counted either way: the gate did the work (a fill stored its page)."""
         if not answer.outcome:
             return
         verdict = decision.verdict
         ttfb_ms = self.metrics.record_for(verdict, answer.outcome, started, answer.saved_ms)
         if self.access_log is not None:
             status, _, body = answer.response
-            self.access_log.log(request, status, len(body), ttfb_ms, answer.outcome, verdict, decision.reasons)
+            size = len(body)
+            if left_at is not None:
+                status, size = (499, 0) if left_at == LEFT_BEFORE_HEAD else (status, left_at)
+            self.access_log.log(request, status, size, ttfb_ms, answer.outcome, verdict, decision.reasons)
 
     def passing(self, request: Request, decision: Decision, started: float) -> Passing:
         """Watch a request on its way to the site (the valve counts it in flight from now)."""
@@ -463,7 +471,8 @@ class Passing:
         if self.ttfb_ms < 0:
             self.body(0)
         flow.metrics.add_origin_time(decision.kind, (time.perf_counter() - self.started) * 1000)
-        self._log(self.status, self.ttfb_ms)
+        # No status: a WSGI app that failed (or gave no answer) before start_response; the server answers 500.
+        self._log(self.status or 500, self.ttfb_ms)
 
     def left(self) -> None:
         """The site is done with the request (answered, failed or abandoned): no longer in flight. An answer never
@@ -484,7 +493,10 @@ class Passing:
         access_log = self._flow.access_log
         if access_log is not None:
             decision = self.decision
-            access_log.log(self.request, status, self.sent, ttfb_ms, "pass", decision.verdict, decision.reasons)
+            request = self.request
+            # A HEAD answer's body, if the app wrote one, is dropped by the server: nothing was sent.
+            sent = self.sent if request.method != "HEAD" else 0
+            access_log.log(request, status, sent, ttfb_ms, "pass", decision.verdict, decision.reasons)
 
     def follow_up(self) -> Callable[[], object] | None:
         """The work to run in the background once the site answered without failing: the write rules' marks
