@@ -72,8 +72,9 @@ class ServerSettings:
     # The Host a person's request carries to the origin: the client's own ("client", nginx's
     # `proxy_set_header Host $host`) or the origin's address ("origin", nginx's default $proxy_host).
     forward_host: Literal["client", "origin"] = "client"
-    # X-Forwarded-For of fills that no outside client triggered (or that a loopback client triggered):
-    # a documentation address (RFC 5737), never loopback, so no page is fetched with local rights.
+    # X-Forwarded-For of fills that no outside client triggered, or whose client has no public address
+    # (loopback, a private network's, link-local): a documentation address (RFC 5737), so no page is
+    # fetched with an internal client's rights and stored for everyone.
     fill_client_address: str = "192.0.2.1"
     # Clients whose X-Forwarded-* headers the proxy believes (addresses or networks): a front nginx.
     trusted_proxies: tuple[str, ...] = ("127.0.0.1", "::1")

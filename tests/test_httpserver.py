@@ -197,7 +197,9 @@ def test_httpserver_upload_read_with_its_head_is_not_counted_as_head(paced_serve
 @pytest.mark.parametrize(
     "request_bytes",
     [
-        pytest.param(b"GET http://evil.example/ HTTP/1.1\r\nHost: a\r\n\r\n", id="absolute-form"),
+        pytest.param(b"GET http://a@evil.example/ HTTP/1.1\r\nHost: a\r\n\r\n", id="absolute-form-with-userinfo"),
+        pytest.param(b"GET ftp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", id="absolute-form-not-http"),
+        pytest.param(b"GET http:///t HTTP/1.1\r\nHost: a\r\n\r\n", id="absolute-form-without-host"),
         pytest.param(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", id="asterisk"),
         pytest.param(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", id="two-hosts"),
         pytest.param(b"GET / HTTP/1.1\r\n\r\n", id="http11-without-host"),
@@ -220,13 +222,38 @@ def test_httpserver_requests_rfc9112_forbids_are_refused_with_400(server: Server
     assert _exchange(server, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").startswith(b"HTTP/1.1 200 ")
 
 
+def test_httpserver_a_target_in_absolute_form_is_read_with_its_authority_as_host(tmp_path: Path) -> None:
+    """MediaWiki sends its PURGEs as ``PURGE http://host/wiki/Page HTTP/1.0``: RFC 9112 3.2.2 says a server must
+    accept it, and its authority, not a Host header, names the site (as nginx reads it)."""
+
+    async def page(request):  # type: ignore[no-untyped-def]
+        return HTMLResponse(f"<p>{request.headers['host']} {request.url.path}?{request.url.query}</p>")
+
+    site = ServerThread(Starlette(routes=[Route("/{path:path}", page)])).start()
+    settings = Settings(server=ServerSettings(origin=site.url), l2=L2Settings(cache_dir=str(tmp_path / "l2")))
+    front = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol).start()
+    try:
+        crawler = b"GET HTTP://wiki.example.org/wiki/Main_Page HTTP/1.1\r\nHost: other\r\n" + GOOGLEBOT_LINES
+        (filled,) = _answers(front.port, crawler + b"\r\n", 1)
+        person = b"GET http://wiki.example.org:8080?q=1 HTTP/1.1\r\nHost: other\r\nCookie: session=1\r\n\r\n"
+        (passed,) = _answers(front.port, person, 1)
+        purge = b"PURGE http://wiki.example.org/wiki/Main_Page HTTP/1.0\r\nHost: wiki.example.org\r\n\r\n"
+        (purged,) = _answers(front.port, purge, 1)
+    finally:
+        front.stop()
+        site.stop()
+    assert b"x-crawlergate: miss" in filled
+    assert b"x-crawlergate: pass" in passed and passed.endswith(b"<p>wiki.example.org:8080 /?q=1</p>")
+    assert purged.startswith(b"HTTP/1.1 200 ") and purged.endswith(b'{"marked": 1}')
+
+
 @pytest.mark.parametrize("coding", [b"gzip, chunked", b"deflate,chunked"])
 def test_httpserver_transfer_codings_but_chunked_are_not_implemented(server: ServerThread, coding: bytes) -> None:
     """A body the parser de-chunks but that stays gzip-coded would reach the origin as if plain: 501, as nginx answers;
     chunked alone, in any case, is read."""
     body = gzip.compress(b"compressed me")
     framed = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-    head = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: %s\r\n\r\n"
+    head = b"POST / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nTransfer-Encoding: %s\r\n\r\n"
     assert _exchange(server, head % coding + framed).startswith(b"HTTP/1.1 501 ")
     assert _exchange(server, head % b"Chunked" + framed).startswith(b"HTTP/1.1 405 ")  # the app's: it takes GET only
 

@@ -831,6 +831,23 @@ async def test_a_persons_request_the_site_fails_before_answering_is_logged_as_50
     assert '"GET /t/1 HTTP/1.1" 500 0 ' in line and line.count("\n") == 1
 
 
+async def test_a_crawler_on_a_unix_socket_without_a_public_url_gets_the_live_site(tmp_path: Path) -> None:
+    """uvicorn names no server address on a unix socket: with nothing to ask as, the crawler's request goes to the
+    site (it got 502 before), and nothing is stored."""
+    site = Starlette(routes=[Route("/t/{number}", lambda request: HTMLResponse("<p>page</p>"))])
+    gate = CrawlerGateMiddleware(site, settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2"))))
+
+    async def on_a_unix_socket(scope: Scope, receive: Receive, send: Send) -> None:
+        await gate({**scope, "server": None}, receive, send)
+
+    transport = httpx.ASGITransport(app=on_a_unix_socket)
+    async with httpx.AsyncClient(transport=transport, base_url="http://evil.example") as client:
+        page = await client.get("/t/1", headers=GOOGLEBOT)
+    gate.core.close()
+    assert page.status_code == 200 and page.headers["x-crawlergate"] == "pass" and page.text == "<p>page</p>"
+    assert not any((tmp_path / "l2").rglob("*.page"))
+
+
 async def test_a_persons_head_request_is_logged_with_no_body_sent(tmp_path: Path) -> None:
     """Starlette writes a HEAD answer's body and the server drops it: the log counts what went, nothing."""
     site = Starlette(routes=[Route("/t/{number}", lambda request: HTMLResponse("<p>page</p>"))])

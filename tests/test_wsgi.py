@@ -144,6 +144,50 @@ def test_wsgi_app_that_fails_or_never_answers_before_start_response_is_logged_as
     assert seen == [500, 500, 200] and statuses == ["500", "500", "200"]
 
 
+def _host_echo(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+    start_response("200 OK", [("Content-Type", "text/html")])
+    return [f"<p>{environ['HTTP_HOST']} for {environ['REMOTE_ADDR']}</p>".encode()]
+
+
+def test_wsgi_a_fill_never_asks_as_the_host_a_client_sent_on_a_unix_socket(tmp_path: Path) -> None:
+    """gunicorn on a unix socket makes SERVER_NAME of the client's Host: a fill that asked as it would store the
+    attacker's host in a page everyone gets. Without server.public_url the crawler gets the live site instead."""
+    gate = CrawlerGateWSGI(_host_echo, settings=_settings(tmp_path))
+    unix = httpx.WSGITransport(app=gate, remote_addr="")  # a unix socket's peer has no address
+    with httpx.Client(transport=unix, base_url="http://evil.example") as client:
+        first = client.get("/t/1", headers=GOOGLEBOT)
+        second = client.get("/t/1", headers=GOOGLEBOT)
+    gate.close()
+    assert first.headers["x-crawlergate"] == second.headers["x-crawlergate"] == "pass"
+    assert not any((tmp_path / "l2").rglob("*.page"))
+
+
+def test_wsgi_a_fill_asks_as_the_socket_the_server_names(tmp_path: Path) -> None:
+    """SERVER_ADDR (Apache, nginx's uwsgi and FastCGI parameters) is the socket's; SERVER_NAME may be the Host."""
+
+    def behind_apache(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        return gate({**environ, "SERVER_ADDR": "10.0.0.5", "SERVER_PORT": "80"}, start_response)
+
+    gate = CrawlerGateWSGI(_host_echo, settings=_settings(tmp_path))
+    with httpx.Client(transport=httpx.WSGITransport(app=behind_apache), base_url="http://evil.example") as client:
+        page = client.get("/t/1", headers=GOOGLEBOT)
+    gate.close()
+    assert page.headers["x-crawlergate"] == "miss" and page.text == "<p>10.0.0.5 for 192.0.2.1</p>"
+
+
+@pytest.mark.parametrize("crawler", ["10.1.2.3", "192.168.1.9", "fd00::7", "169.254.0.3", "::ffff:10.0.0.1"])
+def test_wsgi_a_fill_for_a_crawler_on_a_private_network_is_asked_for_the_documentation_address(
+    tmp_path: Path, crawler: str
+) -> None:
+    """A site may show internal clients an internal view: never fetched with their address, stored for all."""
+    settings = _settings(tmp_path, server=ServerSettings(public_url="https://f.example"))
+    gate = CrawlerGateWSGI(_host_echo, settings=settings)
+    with httpx.Client(transport=httpx.WSGITransport(app=gate, remote_addr=crawler), base_url="http://f") as client:
+        page = client.get("/t/1", headers=GOOGLEBOT)
+    gate.close()
+    assert page.text == "<p>f.example for 192.0.2.1</p>"
+
+
 def test_wsgi_fill_deadline_holds_when_the_site_hangs(tmp_path: Path) -> None:
     import time
 

@@ -253,6 +253,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             # whose Host rules the checks below would not apply (nginx answers 505 too).
             self._refuse(b"505 HTTP Version Not Supported", b"Only HTTP/1.0 and HTTP/1.1 are spoken here.\n")
             return
+        if self.url[:1] != b"/":
+            self._to_origin_form()
         malformed = self._malformed()
         if malformed:
             self._refuse(b"400 Bad Request", malformed)
@@ -452,12 +454,28 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.cycle = cycle
         self._start_asgi_task(cycle, self.app)
 
+    def _to_origin_form(self) -> None:
+        """A target in absolute-form (MediaWiki sends its PURGEs so), as a server must accept it (RFC 9112 3.2.2):
+        its path and query go on, and its authority is the request's Host, whatever a Host header said (as
+        nginx reads it). Anything else is left for ``_malformed`` to refuse."""
+        scheme, separator, rest = self.url.partition(b"://")
+        if not separator or scheme.lower() not in (b"http", b"https"):
+            return
+        authority, slash, target = rest.partition(b"/")
+        authority, question, query = authority.partition(b"?")
+        if not _HOST.fullmatch(authority):
+            return
+        self.url = b"/" + target if slash else b"/?" + query if question else b"/"
+        self.headers = [(name, value) for name, value in self.headers if name != b"host"]
+        self.headers.append((b"host", authority))
+        self._host, self._hosts = authority, 1
+
     def _malformed(self) -> bytes:
         """Why the request is refused before any app sees it (RFC 9112), for crawlers and people alike; or b""."""
         if not self.url.startswith(b"/"):
-            # Absolute-form is for proxies and "*" for server-wide OPTIONS: a gate in front of one site takes
-            # neither, and an absolute target's host would otherwise be ignored in favour of Host.
-            return b"The request target must be a path (origin-form).\n"
+            # "*" is for server-wide OPTIONS and authority-form for CONNECT: a gate in front of one site takes
+            # neither (absolute-form became a path in ``_to_origin_form``).
+            return b"The request target must be a path, or an http(s) URL.\n"
         version = self.parser.get_http_version()
         if self._hosts > 1 or (self._hosts == 0 and version == "1.1"):
             return b"An HTTP/1.1 request needs exactly one Host header (RFC 9112 3.2).\n"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import io
+import ipaddress
 import logging
 import sys
 import time
@@ -364,6 +365,21 @@ class _AppErrors:
         if self._throttle.due():
             logger.error("%s (%d fill(s) failed since the last such line)", error, self._unsaid, exc_info=raised)
             self._unsaid = 0
+
+
+def wsgi_server_address(environ: dict[str, Any]) -> PublicSite | None:
+    """The server's own address a WSGI request came to, for fills to ask as without ``server.public_url``:
+    ``SERVER_ADDR`` where the server names its socket (Apache, nginx's uwsgi and FastCGI parameters), else
+    ``SERVER_NAME`` on a TCP connection (gunicorn, waitress, wsgiref: the address they listen on). None on a
+    unix socket, where gunicorn makes ``SERVER_NAME`` of the client's Host: a fill must never ask as that."""
+    scheme, port = environ.get("wsgi.url_scheme", "http"), environ.get("SERVER_PORT")
+    if environ.get("SERVER_ADDR"):
+        return PublicSite.from_server(scheme, (environ["SERVER_ADDR"], port))
+    try:
+        ipaddress.ip_address(environ.get("REMOTE_ADDR") or "")
+    except ValueError:
+        return None
+    return PublicSite.from_server(scheme, (environ.get("SERVER_NAME", ""), port))
 
 
 def _mounted(script_name: str, path: str) -> tuple[str, str]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from crawlergate.adapters.base import GateAdapter
-from crawlergate.adapters.inapp import WsgiOrigin
+from crawlergate.adapters.inapp import WsgiOrigin, wsgi_server_address
 from crawlergate.admin.endpoints import MAX_BODY_BYTES
 from crawlergate.cache import CacheHit, TwoLevelCache
 from crawlergate.classify import Classifier
@@ -29,7 +29,7 @@ from crawlergate.config import Settings
 from crawlergate.gate.answer import Response
 from crawlergate.gate.fill import FillResult
 from crawlergate.gate.flow import PASS_HEADER_TEXT, Passing, run_blocking
-from crawlergate.gate.origin import OriginResponse, PublicSite
+from crawlergate.gate.origin import OriginResponse
 from crawlergate.gate.request import Decision, Request, Route
 from crawlergate.gate.writes import FORM_BYTES
 from crawlergate.keys import CacheKey
@@ -137,9 +137,7 @@ class CrawlerGateWSGI(GateAdapter):
 
     async def fill(self, key: CacheKey, client: str | None, environ: WSGIEnvironment) -> FillResult:
         self.origin.script_name = environ.get("SCRIPT_NAME", "")
-        arrived_at = self._arrived_at = PublicSite.from_server(
-            environ.get("wsgi.url_scheme", "http"), (environ.get("SERVER_NAME", ""), environ.get("SERVER_PORT"))
-        )
+        arrived_at = self._arrived_at = wsgi_server_address(environ) or self._arrived_at
         fetch = functools.partial(self.origin.fetch_guest, key.target, client=client, arrived_at=arrived_at)
         return self.filler.fill_blocking(key, fetch)
 

@@ -38,6 +38,12 @@ _EVENT_STREAM = re.compile(r"\s*text/event-stream\s*(?:;|$)", re.IGNORECASE)
 FILL_EXTENSION = "crawlergate.fill"
 # RFC 5737 TEST-NET-1: an address no real client has, for fills no outside client triggered.
 DEFAULT_FILL_CLIENT = "192.0.2.1"
+# Networks of a site's own clients (RFC 1918, carrier-grade NAT, IPv6 unique local): a site may show them an
+# internal view.
+_INTERNAL = tuple(
+    ipaddress.ip_network(network) for network in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+                                                   "fc00::/7")
+)  # fmt: skip
 
 
 class PassedOn(OriginError):
@@ -58,6 +64,13 @@ class EventStream(PassedOn):
     fill that waited for its end would hold a worker until its timeout."""
 
     reason = "stream"
+
+
+class UnknownSite(PassedOn):
+    """Raised when a fill has no site to ask as: no ``server.public_url``, and the request came on no socket
+    address (a unix socket). The crawler's request goes to the site; a Host a client sends is never asked as."""
+
+    reason = "no-public-url"
 
 
 class UndecodablePage(PassedOn):
@@ -165,14 +178,19 @@ def fill_headers(public: PublicSite, client: str, user_agent: str = GUEST_USER_A
 
 @functools.lru_cache(maxsize=4096)  # a crawler's addresses come back, and parsing one takes ~4 µs
 def fill_client(address: str | None, default: str) -> str:
-    """The address a fill fetches for: the requesting client's, unless there is none or it is local."""
+    """The address a fill fetches for: the requesting client's, unless there is none or it is no public address
+    (loopback, a private network's, link-local): a site may show those an internal view, which must never be
+    stored for everyone."""
     if not address:
         return default
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return default
-    return default if ip.is_loopback or ip.is_unspecified else address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    internal = ip.is_loopback or ip.is_link_local or ip.is_unspecified or any(ip in net for net in _INTERNAL)
+    return default if internal else address
 
 
 def fill_target(target: str, devices: DeviceClasses | None) -> tuple[str, str]:
@@ -190,9 +208,14 @@ def public_site(public: PublicSite | None, arrived_at: PublicSite | None, target
     if public is not None:
         return public
     if arrived_at is None:
-        raise OriginError(
-            f"{target}: no server.public_url, and the request named no server address to ask as; set server.public_url"
-        )
+        if "" not in said:
+            said.add("")
+            logger.warning(
+                "server.public_url is not set, and the server's own address is unknown (a unix socket, whose "
+                "server name is the client's Host): crawlers get the live site, nothing is stored. Set "
+                "server.public_url (CRAWLERGATE_SERVER_PUBLIC_URL) to the address crawlers use."
+            )
+        raise UnknownSite(f"{target}: no server.public_url, and no server address to ask as; set server.public_url")
     if arrived_at.base not in said:
         said.add(arrived_at.base)
         logger.warning(
