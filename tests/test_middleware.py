@@ -863,6 +863,24 @@ async def test_a_persons_head_request_is_logged_with_no_body_sent(tmp_path: Path
     assert '"HEAD /t/1 HTTP/1.1" 200 0 ' in head and '"GET /t/1 HTTP/1.1" 200 11 ' in get
 
 
+@pytest.mark.parametrize("front", ["x-forwarded-for", "x-real-ip", "forwarded"])
+async def test_admin_and_purge_refuse_visitors_of_a_front_trusted_proxies_lacks(tmp_path: Path, front: str) -> None:
+    """With server.trusted_proxies emptied, an nginx on this machine still forwards for the world: its visitors
+    must not be taken for this machine's own clients."""
+    site = Starlette(routes=[Route("/t/{number}", lambda request: HTMLResponse("<p>page</p>"))])
+    settings = Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), server=ServerSettings(trusted_proxies=()))
+    gate = CrawlerGateMiddleware(site, settings=settings)
+    visitor = {front: "for=203.0.113.5" if front == "forwarded" else "203.0.113.5"}
+    async with _client(gate) as client:  # from 127.0.0.1, as through an nginx on this machine
+        await client.get("/t/1", headers=GOOGLEBOT)
+        assert (await client.get("/_crawlergate/stats", headers=visitor)).status_code == 403
+        refused = await client.request("PURGE", "/t/1", headers=visitor)
+        assert refused.status_code == 403 and "trusted_proxies" in refused.text
+        assert (await client.get("/_crawlergate/stats")).status_code == 200  # the machine's own
+        assert (await client.request("PURGE", "/t/1")).json() == {"marked": 1}
+    gate.core.close()
+
+
 @pytest.mark.parametrize("front", [b"x-real-ip", b"forwarded"])
 async def test_admin_refuses_visitors_of_a_front_that_names_them_without_x_forwarded_for(
     tmp_path: Path, front: bytes

@@ -148,7 +148,7 @@ class AdminEndpoints:
 
     def _allowed(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> bool:
         # Behind an nginx on the same host every peer is loopback: the forwarded client is what counts.
-        return is_loopback(self._trusted.client(peer, headers)) or self._has_token(headers)
+        return is_loopback(self._trusted.privileged_client(peer, headers)) or self._has_token(headers)
 
     def _has_token(self, headers: Iterable[tuple[bytes, bytes]]) -> bool:
         if not self._token:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from crawlergate.errors import ConfigError
+from crawlergate.gate.forwarded import FORWARDING
 from crawlergate.gate.request import Request
 from crawlergate.metrics import Classified
 from crawlergate.throttle import Throttle
@@ -52,8 +53,6 @@ MAX_QUEUED = 20_000
 MAX_FIELD_BYTES = 4096
 # Bytes nginx escapes in quoted fields ($http_user_agent, $request): quote, backslash, control and non-ASCII.
 _UNSAFE = re.compile(rb'["\\\x00-\x1f\x7f-\xff]')
-# Headers a trusted front names the client in (as the gate's decisions read them, gate/forwarded.py).
-_FORWARDING = frozenset((b"x-forwarded-for", b"x-real-ip", b"forwarded"))
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 ClientOf = Callable[[str | None, Iterable[tuple[bytes, bytes]]], str | None]
@@ -229,7 +228,7 @@ class AccessLog:
                 agent = value
             elif name == b"referer":
                 referer = value
-            elif name in _FORWARDING:
+            elif name in FORWARDING:
                 forwarded = True
         client = self._client_of(request.peer, headers) if forwarded else request.peer
         target = request.raw_path + b"?" + request.query if request.query else request.raw_path

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 _KNOWN_ADDRESSES = 4096
 # Longer X-Forwarded-For values are walked each time: remembered, they could fill memory.
 _REMEMBERED_BYTES = 256
+# Headers in which a front names the client it forwards for.
+FORWARDING = frozenset((b"x-forwarded-for", b"x-real-ip", b"forwarded"))
 # The longest address: an IPv6 one with an IPv4 tail and a zone is under 64 characters.
 _ADDRESS_CHARS = 64
 
@@ -48,6 +50,13 @@ class TrustedProxies:
         except ValueError:
             return False
         return any(ip in network for network in self._networks)
+
+    def privileged_client(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+        """The client to weigh for admin reads and PURGE: ``client``, but None when a peer these proxies do not
+        name forwards for someone (a front ``server.trusted_proxies`` lacks: each of its visitors would be it)."""
+        if peer is not None and peer not in self and any(name in FORWARDING for name, _ in headers):
+            return None
+        return self.client(peer, headers)
 
     def client(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
         """The client's address: walk X-Forwarded-For from the right while the hops are trusted proxies. A front
