@@ -246,6 +246,27 @@ def test_wsgi_app_mounted_under_a_prefix_is_filled_as_mounted(tmp_path: Path) ->
     assert crawler[1].text == person.text == "<p>a post</p>"
 
 
+def test_wsgi_a_mount_a_request_header_sets_never_decides_what_is_stored(tmp_path: Path) -> None:
+    """gunicorn takes SCRIPT_NAME from a request header (from its forwarded_allow_ips): a suspect asking for /form/
+    with ``SCRIPT_NAME: /form`` would have had the home page stored as /form/ for every crawler."""
+
+    def site(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        start_response("200 OK", [("Content-Type", "text/html")])
+        return [b"<p>home</p>" if environ["PATH_INFO"] == "/" else b"<p>the form</p>"]
+
+    def like_gunicorn(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        mount = environ.get("HTTP_SCRIPT_NAME", "")
+        return gate({**environ, "SCRIPT_NAME": mount, "PATH_INFO": environ["PATH_INFO"][len(mount) :]}, start_response)
+
+    gate = CrawlerGateWSGI(site, settings=_settings(tmp_path))
+    with httpx.Client(transport=httpx.WSGITransport(app=like_gunicorn), base_url="http://forum.test") as client:
+        poisoned = client.get("/form/", headers={**GOOGLEBOT, "script-name": "/form"})
+        later = client.get("/form/", headers=GOOGLEBOT)
+    gate.close()
+    assert poisoned.headers["x-crawlergate"] == "pass" and poisoned.text == "<p>home</p>"  # what the site made of it
+    assert later.headers["x-crawlergate"] == "miss" and later.text == "<p>the form</p>"
+
+
 def test_wsgi_pages_that_vary_by_user_agent_are_cached_per_device(tmp_path: Path) -> None:
     phone = {
         "user-agent": "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile Safari (compatible; Googlebot/2.1)"

@@ -231,6 +231,17 @@ class AsgiOrigin:
             self._said.exception(OriginError(f"the site raised once a fill's answer had ended: {error!r}"), error)
 
 
+# What ``WsgiOrigin.mounted_as`` says of a request mounted by a header: no SCRIPT_NAME holds a NUL.
+HEADER_MOUNT = "\x00header"
+
+
+class HeaderMounted(PassedOn):
+    """Raised for a fill of a request whose SCRIPT_NAME came from a request header: the crawler gets the site."""
+
+    reason = "script-name-header"
+    of_the_page = False
+
+
 class WsgiOrigin:
     """Fetches guest pages from a WSGI app (synchronous; the deadline is the app server's to enforce)."""
 
@@ -286,16 +297,34 @@ class WsgiOrigin:
     def close(self) -> None:
         self._from_loop.shutdown(wait=False, cancel_futures=True)
 
+    def mounted_as(self, environ: dict[str, Any]) -> str:
+        """Where a fill for this request finds the site mounted: the request's SCRIPT_NAME, remembered for
+        regeneration; ``HEADER_MOUNT`` when a SCRIPT_NAME header set it (gunicorn takes one from its
+        forwarded_allow_ips), for a client's header must never decide which page is stored under a URL."""
+        if "HTTP_SCRIPT_NAME" in environ:
+            return HEADER_MOUNT
+        self.script_name = environ.get("SCRIPT_NAME", "")
+        return self.script_name
+
     def fetch_guest(
-        self, target: str, *, client: str | None = None, arrived_at: PublicSite | None = None
+        self,
+        target: str,
+        *,
+        client: str | None = None,
+        arrived_at: PublicSite | None = None,
+        mount: str | None = None,
     ) -> OriginResponse:
-        """GET ``target`` as an anonymous guest of the public site (see AsgiOrigin.fetch_guest)."""
+        """GET ``target`` as an anonymous guest of the public site (see AsgiOrigin.fetch_guest), with the site
+        mounted at ``mount`` (``mounted_as``; None: where requests last found it)."""
+        if mount == HEADER_MOUNT:
+            raise HeaderMounted(f"{target}: mounted by a SCRIPT_NAME request header, which a client may send")
         public = public_site(self.public, arrived_at, target, self._asked_as)
         address = fill_client(client, self._fill_client)
         url, user_agent = fill_target(target, self._devices)
         raw_path, _, query = url.partition("?")
         name, _, port = public.host.rpartition(":") if public.host.count(":") == 1 else (public.host, "", "")
-        script_name, path_info = _mounted(self.script_name, unquote_to_bytes(raw_path).decode("latin-1"))
+        mounted_at = self.script_name if mount is None else mount
+        script_name, path_info = _mounted(mounted_at, unquote_to_bytes(raw_path).decode("latin-1"))
         environ: dict[str, Any] = {
             "REQUEST_METHOD": "GET",
             "SCRIPT_NAME": script_name,

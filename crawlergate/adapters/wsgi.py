@@ -136,9 +136,11 @@ class CrawlerGateWSGI(GateAdapter):
         return self.cache.lookup_l2(key)
 
     async def fill(self, key: CacheKey, client: str | None, environ: WSGIEnvironment) -> FillResult:
-        self.origin.script_name = environ.get("SCRIPT_NAME", "")
+        mount = self.origin.mounted_as(environ)
         arrived_at = self._arrived_at = wsgi_server_address(environ) or self._arrived_at
-        fetch = functools.partial(self.origin.fetch_guest, key.target, client=client, arrived_at=arrived_at)
+        fetch = functools.partial(
+            self.origin.fetch_guest, key.target, client=client, arrived_at=arrived_at, mount=mount
+        )
         return self.filler.fill_blocking(key, fetch)
 
     async def blocking(self, work: Callable[[], T]) -> T:

@@ -287,6 +287,8 @@ class Filler:
         self._count_fetch(started, key)
         if isinstance(error, PassedOn):  # the site answered; the page is passed on, not stored
             self.metrics.count_not_stored(error.reason)
+            if not error.of_the_page:
+                return
             if len(self._passed_on) >= PASSED_ON_PAGES:
                 self._passed_on.clear()
             self._passed_on[key.digest] = (self.clock() + PASSED_ON_SECONDS, error)

@@ -48,9 +48,11 @@ _INTERNAL = tuple(
 
 class PassedOn(OriginError):
     """The site answered, with a page the gate does not store: the crawler's own request is passed to the site, and
-    nothing is refetched in vain. ``reason`` is its ``not_stored`` label."""
+    nothing is refetched in vain. ``reason`` is its ``not_stored`` label; ``of_the_page`` False when the request,
+    not the page, is why (the next request of the page is filled)."""
 
     reason = ""
+    of_the_page = True
 
 
 class PageTooLarge(PassedOn):
@@ -71,6 +73,7 @@ class UnknownSite(PassedOn):
     address (a unix socket). The crawler's request goes to the site; a Host a client sends is never asked as."""
 
     reason = "no-public-url"
+    of_the_page = False
 
 
 class UndecodablePage(PassedOn):
