@@ -204,8 +204,17 @@ def with_own_folder(settings: Settings, owner: FolderOwner) -> Settings:
         folder = site_folder(default_cache_root() / "crawlergate", owner)
         settings = dataclasses.replace(settings, l2=dataclasses.replace(settings.l2, cache_dir=str(folder)))
     if settings.l1.memcached and not settings.l1.namespace:
-        namespace = hashlib.blake2b(owner.app.encode(), digest_size=5).hexdigest()
+        # The app and its folder: two deployments of one app with folders of their own (staging and production
+        # on one machine) never share memcached pages, and those sharing a folder share its pages anyway.
+        folder = Path(settings.l2.cache_dir).expanduser().resolve()
+        namespace = hashlib.blake2b(f"{owner.app}\0{folder}".encode(), digest_size=5).hexdigest()
         settings = dataclasses.replace(settings, l1=dataclasses.replace(settings.l1, namespace=namespace))
+        logger.warning(
+            "l1.memcached without server.public_url or l1.namespace: its keys are this app's and its L2 folder's "
+            "(%s), so a deployment of the same app with a folder at the same path on another machine shares its "
+            "pages. Set server.public_url (or l1.namespace) in each.",
+            folder,
+        )
     return settings
 
 

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from crawlergate import CrawlerGateWSGI
-from crawlergate.config import CacheSettings, L2Settings, LogSettings, ServerSettings, Settings
+from crawlergate.config import CacheSettings, L1Settings, L2Settings, LogSettings, ServerSettings, Settings
+from tests.conftest import MemcachedServer
 from tests.visitors import FIREFOX, GOOGLEBOT
 
 
@@ -382,3 +383,28 @@ def test_a_fragment_in_the_raw_target_is_no_part_of_the_page(tmp_path: Path) -> 
             assert answer.status_code == 200 and "thread 1" in answer.text
     assert [call["PATH_INFO"] for call in site.calls] == ["/t/1"]  # one fill, the two others hits
     gate.close()
+
+
+def test_wsgi_two_deployments_of_one_app_with_folders_of_their_own_share_no_memcached_pages(
+    tmp_path: Path, memcached_server: MemcachedServer
+) -> None:
+    """Staging and production of one project on one machine, one memcached, no public URL: production's crawler
+    must never get staging's page (outside review)."""
+
+    def deployment(banner: bytes) -> Any:
+        def site(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+            start_response("200 OK", [("Content-Type", "text/html")])
+            return [b"<p>home [" + banner + b"]</p>"]
+
+        return site
+
+    answers = []
+    for banner in (b"staging", b"prod"):
+        l1 = L1Settings(memcached=(memcached_server.address,), local_ttl_ms=0)
+        settings = Settings(l1=l1, l2=L2Settings(cache_dir=str(tmp_path / banner.decode())))
+        gate = CrawlerGateWSGI(deployment(banner), settings=settings)
+        with httpx.Client(transport=httpx.WSGITransport(app=gate), base_url="http://127.0.0.1:8000") as client:
+            answers.append(client.get("/", headers=GOOGLEBOT))
+        gate.close()
+    assert [answer.headers["x-crawlergate"] for answer in answers] == ["miss", "miss"]
+    assert answers[1].text == "<p>home [prod]</p>"
