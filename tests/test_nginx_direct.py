@@ -75,11 +75,12 @@ def _start_nginx(
     cache_dir: Path,
     direct_log: Path,
     agents_log: Path | None = None,
+    origin: str = "http://127.0.0.1:1",
 ) -> subprocess.Popen[bytes]:
     include = folder / "include"
     subprocess.run(
         [sys.executable, "-m", "crawlergate", "nginx-config", "--out", str(include), "--cache-dir", str(cache_dir),
-         "--gate", f"127.0.0.1:{gate_port}", "--direct-log", str(direct_log), "--origin", "http://127.0.0.1:1",
+         "--gate", f"127.0.0.1:{gate_port}", "--direct-log", str(direct_log), "--origin", origin,
          *(["--agents-from", str(agents_log)] if agents_log else [])],
         check=True, capture_output=True,
     )  # fmt: skip
@@ -380,3 +381,23 @@ def test_known_user_agents_found_by_the_hash_are_answered_as_the_patterns_would(
     assert "map_hash_bucket_size" in (include / "crawlergate-hash.conf").read_text()
     assert (include / "crawlergate-http.conf").read_text().count('" 1;\n') > 100
     _direct_exactly_where_the_maps_say_crawler(front, [*_map_sample(), *(ua.swapcase() for ua in _map_sample()[::5])])
+
+
+def test_people_reach_the_site_itself_while_the_gate_is_down(
+    origin: ServerThread, nginx_binary: str, tmp_path: Path
+) -> None:
+    """The include names the site as the gate's backup: a gate that is down (a deploy, a crash) costs people
+    nothing but the cache."""
+    nginx_dir = tmp_path / "nginx"
+    nginx_dir.mkdir()
+    port, no_gate = free_port(), free_port()
+    nginx = _start_nginx(nginx_binary, nginx_dir, port, no_gate, tmp_path / "l2", nginx_dir / "direct.log",
+                         origin=origin.url)  # fmt: skip
+    try:
+        person = httpx.get(f"http://127.0.0.1:{port}/t/1", headers=FIREFOX)
+        crawler = httpx.get(f"http://127.0.0.1:{port}/t/1", headers=GOOGLEBOT)
+    finally:
+        nginx.send_signal(signal.SIGQUIT)
+        nginx.wait(timeout=20)
+    assert person.status_code == crawler.status_code == 200
+    assert "x-crawlergate" not in person.headers and person.text == crawler.text

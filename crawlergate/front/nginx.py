@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from crawlergate.classify import MAX_USER_AGENT_CHARS, Classifier, Verdict
 from crawlergate.config import Settings
@@ -257,6 +258,21 @@ def published_tree(settings: Settings, direct_log: Path) -> Path:
 _UPSTREAM_ADDRESS = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})|unix:/[^\s;{}'\"]+")
 
 
+def _backup_origin(origin: str) -> list[str]:
+    """The site itself as the gate's backup, for nginx to send requests to while the gate is down (people keep the
+    live site); none for an https origin, which this upstream's plain http cannot reach."""
+    parts = urlsplit(origin)
+    if not origin:
+        return []
+    if parts.scheme != "http" or not parts.hostname:
+        return ["    # No backup: the site is reached over https, which this upstream does not speak."]
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return [
+        "    # While the gate is down (refused or timed out), the site answers everyone itself.",
+        f"    server {host}:{parts.port or 80} backup;",
+    ]
+
+
 def nginx_include(
     settings: Settings, *, gate: str, direct_log: Path, classifier: Classifier, seen: Counter[str] | None = None
 ) -> NginxInclude:
@@ -277,6 +293,7 @@ def nginx_include(
         "# Put `pcre_jit on;` at the top of nginx.conf: the user-agent maps cost half as much with it.",
         "upstream crawlergate_gate {",
         f"    server {gate};",
+        *_backup_origin(settings.server.origin),
         "    keepalive 64;",
         "}",
         "",
