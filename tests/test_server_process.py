@@ -11,9 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
 
-from tests.conftest import free_port, wait_until_healthy
+from tests.conftest import ServerThread, free_port, wait_until_healthy
+from tests.visitors import GOOGLEBOT
 
 # In a process of its own, so the test run's allocator stays as it was: the heap's end (sbrk(0)) before a
 # 3 MB allocation, with it, and once it is freed.
@@ -93,3 +98,28 @@ def test_workers_stop_when_their_master_is_killed_alone(tmp_path: Path) -> None:
     assert left == []
     with socket.create_server(("127.0.0.1", port)):  # the next start can listen
         pass
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_flags_win_over_variables_in_every_worker(tmp_path: Path, workers: int) -> None:
+    """Workers build their app from the settings the master made: variables read there again undid the flags
+    (CRAWLERGATE_SERVER_ORIGIN beside --origin) or failed after "listening on" (a bad value a flag replaced)."""
+    site = ServerThread(Starlette(routes=[Route("/{path:path}", lambda request: HTMLResponse("<p>right</p>"))]))
+    site.start()
+    port = free_port()
+    argv = ["serve", "--origin", site.url, "--port", str(port), "--workers", str(workers)]
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("CRAWLERGATE_")}
+    wrong = {"CRAWLERGATE_SERVER_ORIGIN": "http://127.0.0.1:1", "CRAWLERGATE_SERVER_PORT": "abc"}
+    gate = subprocess.Popen(
+        [sys.executable, "-m", "crawlergate", *argv, "--cache-dir", str(tmp_path / "l2")],
+        stderr=subprocess.DEVNULL,
+        env=environment | wrong,
+    )
+    try:
+        wait_until_healthy(gate, f"http://127.0.0.1:{port}")
+        page = httpx.get(f"http://127.0.0.1:{port}/t/1", headers=GOOGLEBOT)
+    finally:
+        gate.send_signal(signal.SIGTERM)
+        gate.wait(timeout=30)
+        site.stop()
+    assert page.headers["x-crawlergate"] == "miss" and page.text == "<p>right</p>"

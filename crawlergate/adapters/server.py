@@ -30,7 +30,7 @@ import uvicorn
 
 from crawlergate.adapters.httpserver import HeadLimits, LimitedHttpToolsProtocol
 from crawlergate.classify import Classifier
-from crawlergate.config import Settings
+from crawlergate.config import ENV_PREFIX, Settings
 from crawlergate.errors import ConfigError
 from crawlergate.gate.accesslog import open_log
 from crawlergate.keys import KeyMaker
@@ -124,7 +124,10 @@ def _shared_metrics(settings: Settings) -> Iterator[Settings]:
 
 def _serve(settings: Settings, stored: list[str], logs: list[Path]) -> int:
     server = settings.server
-    # Workers build their app from the environment: these settings, whole, as one serialised value.
+    # Workers build their app from the environment: these settings, whole, as one serialised value, and nothing
+    # else (the file and the variables they were made from, read again there, would undo the flags).
+    for name in [name for name in os.environ if name.startswith(ENV_PREFIX)]:
+        del os.environ[name]
     os.environ.update(settings.to_environ())
     os.environ[MASTER_PID_VARIABLE] = str(os.getpid())
 
