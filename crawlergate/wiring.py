@@ -298,6 +298,11 @@ class GateRuntime:
             )
             self.core.on_start.append(direct.start)
             self.core.on_close.append(direct.close)
+        elif settings.front.publish:
+            logger.warning(
+                "front.publish without front.direct_log: the front server's direct hits are not counted (stats, the "
+                "dashboard, the hit ratio). Set front.direct_log to the log its include writes."
+            )
         self.scheduler: Scheduler | None = None
         # What the adapter opened beside the parts (the proxy's origin connections), closed first.
         self.async_closers: list[Callable[[], Awaitable[None]]] = []

@@ -193,3 +193,13 @@ def test_cli_stats_of_something_not_a_gate_says_so_in_one_line(capsys) -> None:
         site.stop()
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "answered 404 with a web page: is it the gate's address" in err
+
+
+def test_stats_table_shows_direct_hits_in_a_column_of_their_own_when_there_are_any() -> None:
+    """The JSON has direct_hits per class; the table's rows did not add up without them (operator review)."""
+    from crawlergate.commands.gate import _class_rows
+
+    with_front = _class_rows({"crawler": {"requests": 10, "l1_hits": 2, "direct_hits": 5, "misses": 3}})
+    assert with_front[0].split()[:5] == ["requests", "L1", "hits", "L2", "hits"] and "direct" in with_front[0]
+    assert with_front[1].split()[:6] == ["crawler", "10", "2", "0", "5", "3"]
+    assert "direct" not in _class_rows({"crawler": {"requests": 10, "l1_hits": 2}})[0]

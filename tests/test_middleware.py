@@ -23,7 +23,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crawlergate.adapters.asgi import CrawlerGateMiddleware
 from crawlergate.cache import TwoLevelCache
-from crawlergate.config import CacheSettings, L1Settings, L2Settings, LogSettings, ServerSettings, Settings
+from crawlergate.config import (
+    CacheSettings,
+    FrontSettings,
+    L1Settings,
+    L2Settings,
+    LogSettings,
+    ServerSettings,
+    Settings,
+)
 from crawlergate.errors import ConfigError
 from crawlergate.gate.relearn import LOCK_FILE as RELEARN_LOCK_FILE
 from crawlergate.metrics import Metrics
@@ -949,3 +957,19 @@ async def test_a_page_whose_app_raises_just_after_it_is_stored(tmp_path: Path) -
     assert first.status_code == 200 and first.text == "<p>page</p>"
     assert second.headers["x-crawlergate"].startswith("l1-hit")
     gate.core.close()
+
+
+@pytest.mark.parametrize(
+    ("direct_log", "said"),
+    [("", "front.publish without front.direct_log"), ("/no/such/folder/direct.log", "its folder does not exist")],
+)
+async def test_a_published_tree_whose_direct_hits_go_uncounted_is_said_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, direct_log: str, said: str
+) -> None:
+    """An operator's typo in front.direct_log (or none) left nginx's direct hits uncounted without a word."""
+    site = Starlette(routes=[Route("/t/{number}", lambda request: HTMLResponse("<p>page</p>"))])
+    front = FrontSettings(publish=True, direct_log=direct_log)
+    gate = CrawlerGateMiddleware(site, settings=Settings(l2=L2Settings(cache_dir=str(tmp_path / "l2")), front=front))
+    gate.start_serving()
+    await gate.aclose()
+    assert any(said in record.getMessage() for record in caplog.records if record.levelname == "WARNING")

@@ -212,8 +212,10 @@ def _run_stats(args: argparse.Namespace) -> int:
 
 def _class_rows(data: dict[str, Any]) -> list[str]:
     """Requests, hits and TTFB per class, under a header."""
-    lines = [f"{'':<8}{'requests':>10}{'L1 hits':>10}{'L2 hits':>10}{'misses':>9}{'stale':>7}{'passes':>9}"
-             f"{'hit ratio':>11}{'TTFB p50':>10}{'p99':>9}{'mean ms':>9}"]  # fmt: skip
+    # Hits a front server answered from the published tree: a column of their own when there are any.
+    direct = any(data.get(kind, {}).get("direct_hits", 0) for kind in ("crawler", "suspect", "human"))
+    head = f"{'':<8}{'requests':>10}{'L1 hits':>10}{'L2 hits':>10}" + (f"{'direct':>9}" if direct else "")
+    lines = [head + f"{'misses':>9}{'stale':>7}{'passes':>9}{'hit ratio':>11}{'TTFB p50':>10}{'p99':>9}{'mean ms':>9}"]
     for kind in ("crawler", "suspect", "human"):
         row = data.get(kind, {})
         ttfb = row.get("ttfb_ms")  # none in several sites' totals: percentiles do not add up
@@ -224,7 +226,8 @@ def _class_rows(data: dict[str, Any]) -> list[str]:
         )
         lines.append(
             f"{kind:<8}{row.get('requests', 0):>10,}{row.get('l1_hits', 0):>10,}{row.get('l2_hits', 0):>10,}"
-            f"{row.get('misses', 0):>9,}{row.get('stale', 0):>7,}{row.get('passes', 0):>9,}"
+            + (f"{row.get('direct_hits', 0):>9,}" if direct else "")
+            + f"{row.get('misses', 0):>9,}{row.get('stale', 0):>7,}{row.get('passes', 0):>9,}"
             f"{row.get('hit_ratio', 0):>11.1%}{times}"
         )
     return lines

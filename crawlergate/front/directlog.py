@@ -57,6 +57,12 @@ class DirectLog:
         self._rotated_until = 0.0
 
     def start(self) -> None:
+        if not self.path.parent.is_dir():
+            logger.warning(
+                "front.direct_log %s: its folder does not exist, so the front server cannot write it: direct hits "
+                "are not counted until it does (a typo?).",
+                self.path,
+            )
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name="crawlergate-direct-log", daemon=True)
         self._thread.start()
