@@ -18,7 +18,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import quote, unquote, unquote_to_bytes, urlsplit
+from urllib.parse import quote, unquote, unquote_plus, unquote_to_bytes, urlsplit
 
 from crawlergate.config import Settings
 from crawlergate.rules import CacheRules, SiteProfile, load_cache_rules, load_site_profiles, resolve_rule_files
@@ -51,7 +51,9 @@ def _name_of(pair: tuple[str, str]) -> str:
 
 
 def _name_in(pair: str) -> str:
-    return pair.partition("=")[0]
+    """The parameter's name as the site reads it: ``a+b`` and ``a%20b`` are one name, whose values must keep their
+    order (sorted by the spelling, ``a%20b=2&a+b=1`` would reach the site as another page)."""
+    return unquote_plus(pair.partition("=")[0], errors="replace")
 
 
 @dataclass(frozen=True, slots=True)

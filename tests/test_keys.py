@@ -31,6 +31,9 @@ def keys() -> KeyMaker:
         pytest.param(b"/t", b"a=1&utm_source=x&fbclid=y&PHPSESSID=z", "/t?a=1", id="tracking-dropped"),
         pytest.param(b"/showthread.php", b"t=12&highlight=x&page=2", "/showthread.php?page=2&t=12", id="allow-list"),
         pytest.param(b"/t", b"q=a%20b&r=", "/t?q=a%20b&r=", id="query-reencoded"),
+        # One name as the site reads it, two spellings: its values keep their order (outside review).
+        pytest.param(b"/t", b"a+b=1&a%20b=2", "/t?a+b=1&a%20b=2", id="one-name-two-spellings-keep-order"),
+        pytest.param(b"/t", b"a%20b=2&a+b=1", "/t?a%20b=2&a+b=1", id="one-name-two-spellings-other-order"),
     ],
 )
 def test_keys_normalise(keys: KeyMaker, raw_path: bytes, query: bytes, target: str) -> None:
