@@ -200,6 +200,7 @@ def test_httpserver_upload_read_with_its_head_is_not_counted_as_head(paced_serve
         pytest.param(b"GET http://a@evil.example/ HTTP/1.1\r\nHost: a\r\n\r\n", id="absolute-form-with-userinfo"),
         pytest.param(b"GET ftp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", id="absolute-form-not-http"),
         pytest.param(b"GET http:///t HTTP/1.1\r\nHost: a\r\n\r\n", id="absolute-form-without-host"),
+        pytest.param(b"GET http://a/ HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", id="absolute-form-two-hosts"),
         pytest.param(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", id="asterisk"),
         pytest.param(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", id="two-hosts"),
         pytest.param(b"GET / HTTP/1.1\r\n\r\n", id="http11-without-host"),

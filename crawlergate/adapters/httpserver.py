@@ -459,8 +459,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         its path and query go on, and its authority is the request's Host, whatever a Host header said (as
         nginx reads it). Anything else is left for ``_malformed`` to refuse."""
         scheme, separator, rest = self.url.partition(b"://")
-        if not separator or scheme.lower() not in (b"http", b"https"):
-            return
+        if not separator or scheme.lower() not in (b"http", b"https") or self._hosts > 1:
+            return  # two Host headers stay refused, whatever the target says
         authority, slash, target = rest.partition(b"/")
         authority, question, query = authority.partition(b"?")
         if not _HOST.fullmatch(authority):
