@@ -201,6 +201,7 @@ def test_httpserver_upload_read_with_its_head_is_not_counted_as_head(paced_serve
         pytest.param(b"GET ftp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", id="absolute-form-not-http"),
         pytest.param(b"GET http:///t HTTP/1.1\r\nHost: a\r\n\r\n", id="absolute-form-without-host"),
         pytest.param(b"GET http://a/ HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", id="absolute-form-two-hosts"),
+        pytest.param(b"GET http://a/ HTTP/1.1\r\n\r\n", id="absolute-form-http11-without-host"),
         pytest.param(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", id="asterisk"),
         pytest.param(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", id="two-hosts"),
         pytest.param(b"GET / HTTP/1.1\r\n\r\n", id="http11-without-host"),
@@ -240,12 +241,16 @@ def test_httpserver_a_target_in_absolute_form_is_read_with_its_authority_as_host
         (passed,) = _answers(front.port, person, 1)
         purge = b"PURGE http://wiki.example.org/wiki/Main_Page HTTP/1.0\r\nHost: wiki.example.org\r\n\r\n"
         (purged,) = _answers(front.port, purge, 1)
+        # The authority ends at the first "/", "?" or "#" (as nginx reads it): "?x/_crawlergate/..." is a query.
+        sneaky = b"GET http://wiki.example.org?x/_crawlergate/stats HTTP/1.1\r\nHost: a\r\nCookie: s=1\r\n\r\n"
+        (queried,) = _answers(front.port, sneaky, 1)
     finally:
         front.stop()
         site.stop()
     assert b"x-crawlergate: miss" in filled
     assert b"x-crawlergate: pass" in passed and passed.endswith(b"<p>wiki.example.org:8080 /?q=1</p>")
     assert purged.startswith(b"HTTP/1.1 200 ") and purged.endswith(b'{"marked": 1}')
+    assert queried.endswith(b"<p>wiki.example.org /?x/_crawlergate/stats</p>")
 
 
 @pytest.mark.parametrize("coding", [b"gzip, chunked", b"deflate,chunked"])

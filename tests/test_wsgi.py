@@ -3,6 +3,7 @@ prefetched, site failures as 502, and pages that vary by device cached per devic
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -161,6 +162,47 @@ def test_wsgi_a_fill_never_asks_as_the_host_a_client_sent_on_a_unix_socket(tmp_p
     gate.close()
     assert first.headers["x-crawlergate"] == second.headers["x-crawlergate"] == "pass"
     assert not any((tmp_path / "l2").rglob("*.page"))
+
+
+def test_wsgi_a_unix_socket_with_a_client_address_still_names_no_site(tmp_path: Path) -> None:
+    """gunicorn's PROXY protocol (or ProxyFix's X-Forwarded-For) gives a unix socket's request a client address;
+    its SERVER_NAME is still the client's Host."""
+    gate = CrawlerGateWSGI(_host_echo, settings=_settings(tmp_path))
+
+    def gunicorn_on_a_unix_socket(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        with socket.socket(socket.AF_UNIX) as unix:
+            return gate({**environ, "gunicorn.socket": unix, "REMOTE_ADDR": "203.0.113.9"}, start_response)
+
+    transport = httpx.WSGITransport(app=gunicorn_on_a_unix_socket)
+    with httpx.Client(transport=transport, base_url="http://evil.example") as client:
+        page = client.get("/t/1", headers=GOOGLEBOT)
+    gate.close()
+    assert page.headers["x-crawlergate"] == "pass" and not any((tmp_path / "l2").rglob("*.page"))
+
+
+@pytest.mark.parametrize("trusted", ["x_host", "x_prefix"])
+def test_wsgi_what_proxyfix_takes_from_request_headers_never_names_a_fill(tmp_path: Path, trusted: str) -> None:
+    """ProxyFix around the gate makes SERVER_NAME of X-Forwarded-Host and SCRIPT_NAME of X-Forwarded-Prefix,
+    which an nginx passes on from the client: the fill asks as the server the request came to, and a request
+    mounted by a header is not filled."""
+    from werkzeug.middleware.proxy_fix import ProxyFix
+
+    def site(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        start_response("200 OK", [("Content-Type", "text/html")])
+        return [f"<p>{environ['HTTP_HOST']} {environ['SCRIPT_NAME']}|{environ['PATH_INFO']}</p>".encode()]
+
+    gate = CrawlerGateWSGI(site, settings=_settings(tmp_path))
+    fixed = ProxyFix(gate, **{trusted: 1})  # type: ignore[arg-type]
+    forged = {"x-forwarded-host": "evil.example", "x-forwarded-prefix": "/form"}
+    with httpx.Client(transport=httpx.WSGITransport(app=fixed), base_url="http://127.0.0.1:8000") as client:
+        poisoned = client.get("/form/", headers={**GOOGLEBOT, **forged})
+        later = client.get("/form/", headers=GOOGLEBOT)
+    gate.close()
+    if trusted == "x_host":
+        assert poisoned.headers["x-crawlergate"] == "miss" and poisoned.text == "<p>127.0.0.1:8000 |/form/</p>"
+    else:
+        assert poisoned.headers["x-crawlergate"] == "pass"
+    assert later.text == "<p>127.0.0.1:8000 |/form/</p>"
 
 
 def test_wsgi_a_fill_asks_as_the_socket_the_server_names(tmp_path: Path) -> None:

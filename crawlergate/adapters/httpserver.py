@@ -461,11 +461,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         scheme, separator, rest = self.url.partition(b"://")
         if not separator or scheme.lower() not in (b"http", b"https") or self._hosts > 1:
             return  # two Host headers stay refused, whatever the target says
-        authority, slash, target = rest.partition(b"/")
-        authority, question, query = authority.partition(b"?")
+        ends = [index for index in (rest.find(b"/"), rest.find(b"?"), rest.find(b"#")) if index >= 0]
+        authority, target = rest[: min(ends, default=len(rest))], rest[min(ends, default=len(rest)) :]
         if not _HOST.fullmatch(authority):
             return
-        self.url = b"/" + target if slash else b"/?" + query if question else b"/"
+        self.url = target if target.startswith(b"/") else b"/" + target
+        if self._hosts == 0 and self.parser.get_http_version() == "1.1":
+            return  # still refused: an HTTP/1.1 request needs a Host header (RFC 9112 3.2)
         self.headers = [(name, value) for name, value in self.headers if name != b"host"]
         self.headers.append((b"host", authority))
         self._host, self._hosts = authority, 1

@@ -16,6 +16,7 @@ import functools
 import io
 import ipaddress
 import logging
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -299,10 +300,11 @@ class WsgiOrigin:
 
     def mounted_as(self, environ: dict[str, Any]) -> str:
         """Where a fill for this request finds the site mounted: the request's SCRIPT_NAME, remembered for
-        regeneration; ``HEADER_MOUNT`` when a SCRIPT_NAME header set it (gunicorn takes one from its
-        forwarded_allow_ips), for a client's header must never decide which page is stored under a URL."""
-        if "HTTP_SCRIPT_NAME" in environ:
-            return HEADER_MOUNT
+        regeneration; ``HEADER_MOUNT`` when a request header set it (gunicorn takes a SCRIPT_NAME header from its
+        forwarded_allow_ips, ProxyFix an X-Forwarded-Prefix), for a client's header must never decide which page
+        is stored under a URL."""
+        if "HTTP_SCRIPT_NAME" in environ or _as_served(environ).get("SCRIPT_NAME") != environ.get("SCRIPT_NAME"):
+            return HEADER_MOUNT  # gunicorn's SCRIPT_NAME header, or ProxyFix's X-Forwarded-Prefix
         self.script_name = environ.get("SCRIPT_NAME", "")
         return self.script_name
 
@@ -401,14 +403,24 @@ def wsgi_server_address(environ: dict[str, Any]) -> PublicSite | None:
     ``SERVER_ADDR`` where the server names its socket (Apache, nginx's uwsgi and FastCGI parameters), else
     ``SERVER_NAME`` on a TCP connection (gunicorn, waitress, wsgiref: the address they listen on). None on a
     unix socket, where gunicorn makes ``SERVER_NAME`` of the client's Host: a fill must never ask as that."""
-    scheme, port = environ.get("wsgi.url_scheme", "http"), environ.get("SERVER_PORT")
-    if environ.get("SERVER_ADDR"):
-        return PublicSite.from_server(scheme, (environ["SERVER_ADDR"], port))
+    served = _as_served(environ)
+    scheme, port = served.get("wsgi.url_scheme", "http"), served.get("SERVER_PORT")
+    if served.get("SERVER_ADDR"):
+        return PublicSite.from_server(scheme, (served["SERVER_ADDR"], port))
+    if getattr(environ.get("gunicorn.socket"), "family", None) == socket.AF_UNIX:
+        return None  # even when the PROXY protocol gave it a client address
     try:
-        ipaddress.ip_address(environ.get("REMOTE_ADDR") or "")
+        ipaddress.ip_address(served.get("REMOTE_ADDR") or "")
     except ValueError:
         return None
-    return PublicSite.from_server(scheme, (environ.get("SERVER_NAME", ""), port))
+    return PublicSite.from_server(scheme, (served.get("SERVER_NAME", ""), port))
+
+
+def _as_served(environ: dict[str, Any]) -> dict[str, Any]:
+    """The environ as the server made it: werkzeug's ProxyFix keeps the values it replaced from request headers
+    (X-Forwarded-For, -Host, -Prefix) aside, and a header a client may write never names the site to a fill."""
+    original = environ.get("werkzeug.proxy_fix.orig")
+    return {**environ, **original} if isinstance(original, dict) else environ
 
 
 def _mounted(script_name: str, path: str) -> tuple[str, str]:

@@ -32,7 +32,7 @@ class TrustedProxies:
         # header work. Bounded: emptied when full, so a sweep of addresses only costs the parsing.
         self._known: dict[str, bool] = {}
         # The client behind each (peer, X-Forwarded-For) seen last: a crawler sends the same one for a while.
-        self._clients: dict[tuple[str, bytes, bytes, bytes], str] = {}
+        self._clients: dict[tuple[str, bytes, bytes, bytes], str | None] = {}
 
     def __contains__(self, address: object) -> bool:
         if not self._networks or not isinstance(address, str) or not address:
@@ -61,8 +61,9 @@ class TrustedProxies:
     def client(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
         """The client's address: walk X-Forwarded-For from the right while the hops are trusted proxies. A front
         may name the client in X-Real-IP (nginx's realip default) or Forwarded (RFC 7239) instead, and pass on
-        whichever of the three it does not set as the client wrote it: each present is walked the same way, and
-        the first that names another machine wins, so no header a client writes makes it a local client."""
+        whichever of the three it does not set as the client wrote it: each present is walked the same way; the
+        one that names another machine wins, so no header a client writes makes it a local client, and when two
+        name different machines the client is unknown (None)."""
         if peer is None or peer not in self:
             return peer
         forwarded_for: list[bytes] = []
@@ -78,14 +79,17 @@ class TrustedProxies:
         if not (forwarded_for or real_ip or nodes):
             return peer
         key = (peer, b",".join(forwarded_for), real_ip, b",".join(nodes))
-        known = self._clients.get(key)
-        if known is None:
-            if len(self._clients) >= _KNOWN_ADDRESSES:
-                self._clients.clear()
-            named = [self._forwarded_for(peer, value) for value in key[1:] if value]
-            known = next((address for address in named if not is_loopback(address)), named[0] if named else peer)
-            if sum(map(len, key[1:])) <= _REMEMBERED_BYTES:
-                self._clients[key] = known
+        if key in self._clients:
+            return self._clients[key]
+        if len(self._clients) >= _KNOWN_ADDRESSES:
+            self._clients.clear()
+        named = [self._forwarded_for(peer, value) for value in key[1:] if value]
+        others = {address for address in named if not is_loopback(address)}
+        # Two headers naming two clients: the front set one and passed the other on as a client wrote it, and
+        # which is which cannot be told. Nobody, then: no client may pick the address it is judged by.
+        known = None if len(others) > 1 else others.pop() if others else named[0] if named else peer
+        if sum(map(len, key[1:])) <= _REMEMBERED_BYTES:
+            self._clients[key] = known
         return known
 
     def _forwarded_for(self, peer: str, forwarded: bytes) -> str:

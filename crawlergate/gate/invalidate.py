@@ -103,7 +103,7 @@ class Invalidation:
         Proxy Cache Purge sends them). Only from ``admin.purgers``; it reads SQLite: call it off the event loop.
         """
         client = self._trusted.privileged_client(peer, headers)
-        if client is None and peer is not None:
+        if client is None and peer is not None and peer not in self._trusted:
             refusal = (
                 b"PURGE is refused: this address forwards for another client, and server.trusted_proxies lacks it.\n"
             )
