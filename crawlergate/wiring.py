@@ -206,7 +206,7 @@ def with_own_folder(settings: Settings, owner: FolderOwner) -> Settings:
     if settings.l1.memcached and not settings.l1.namespace:
         # The app and its folder: two deployments of one app with folders of their own (staging and production
         # on one machine) never share memcached pages, and those sharing a folder share its pages anyway.
-        folder = Path(settings.l2.cache_dir).expanduser().resolve()
+        folder = settings.cache_dir.expanduser().resolve()
         namespace = hashlib.blake2b(f"{owner.app}\0{folder}".encode(), digest_size=5).hexdigest()
         settings = dataclasses.replace(settings, l1=dataclasses.replace(settings.l1, namespace=namespace))
         logger.warning(

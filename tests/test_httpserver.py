@@ -40,6 +40,13 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ServerThread]:
     thread.stop()
 
 
+def _serve_front(origin: str, l2: L2Settings, **sections: Any) -> ServerThread:
+    """``serve``'s app on its own protocol in front of ``origin`` (``options``: uvicorn's), started."""
+    options = sections.pop("options", {})
+    settings = Settings(server=ServerSettings(origin=origin), l2=l2, **sections)
+    return ServerThread(create_app(settings), http=LimitedHttpToolsProtocol, **options).start()
+
+
 def _exchange(server: ServerThread, request: bytes, timeout_s: float = 5) -> bytes:
     with socket.create_connection(("127.0.0.1", server.port), timeout=timeout_s) as raw:
         raw.sendall(request)
@@ -232,8 +239,7 @@ def test_httpserver_a_target_in_absolute_form_is_read_with_its_authority_as_host
         return HTMLResponse(f"<p>{request.headers['host']} {request.url.path}?{request.url.query}</p>")
 
     site = ServerThread(Starlette(routes=[Route("/{path:path}", page)])).start()
-    settings = Settings(server=ServerSettings(origin=site.url), l2=L2Settings(cache_dir=str(tmp_path / "l2")))
-    front = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol).start()
+    front = _serve_front(site.url, L2Settings(cache_dir=str(tmp_path / "l2")))
     try:
         crawler = b"GET HTTP://wiki.example.org/wiki/Main_Page HTTP/1.1\r\nHost: other\r\n" + GOOGLEBOT_LINES
         (filled,) = _answers(front.port, crawler + b"\r\n", 1)
@@ -292,8 +298,7 @@ def _gate(tmp_path: Path, **options: Any) -> Iterator[tuple[ServerThread, Server
         return HTMLResponse(f"<html><body>{request.url.path}</body></html>")
 
     site = ServerThread(Starlette(routes=[Route("/{path:path}", page)])).start()
-    settings = Settings(server=ServerSettings(origin=site.url), l2=L2Settings(cache_dir=str(tmp_path / "l2")))
-    front = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol, **options).start()
+    front = _serve_front(site.url, L2Settings(cache_dir=str(tmp_path / "l2")), options=options)
     yield front, site
     front.stop()
     site.stop()
@@ -365,12 +370,8 @@ def test_httpserver_a_refusal_to_head_sends_no_body_to_spill_into_the_next_answe
     _, site = gate
     policy = tmp_path / "policy.toml"
     policy.write_text('[tag]\nsearch-engine = "cache-only"\n')
-    settings = Settings(
-        server=ServerSettings(origin=site.url),
-        l2=L2Settings(cache_dir=str(tmp_path / "l2-cache-only")),
-        policy=PolicySettings(rules_file=str(policy)),
-    )
-    front = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol).start()
+    l2 = L2Settings(cache_dir=str(tmp_path / "l2-cache-only"))
+    front = _serve_front(site.url, l2, policy=PolicySettings(rules_file=str(policy)))
     try:
         head = b"HEAD /t/9 HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
         with socket.create_connection(("127.0.0.1", front.port), timeout=5) as raw:
@@ -466,9 +467,7 @@ def test_httpserver_a_page_too_large_to_store_is_asked_of_the_site_after_all(tmp
     """When the fill finds the page too large to store, the crawler's request goes to the site the ASGI way, and
     the request behind it is answered after it."""
     site = ServerThread(Starlette(routes=[Route("/{path:path}", lambda request: HTMLResponse("x" * 5000))])).start()
-    l2 = L2Settings(cache_dir=str(tmp_path / "l2"), page_max_bytes=1000)
-    settings = Settings(server=ServerSettings(origin=site.url), l2=l2)
-    front = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol).start()
+    front = _serve_front(site.url, L2Settings(cache_dir=str(tmp_path / "l2"), page_max_bytes=1000))
     try:
         request = b"GET /large HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n"
         first, second = _answers(front.port, request + request, 2)
@@ -488,12 +487,7 @@ def test_httpserver_a_crawler_that_leaves_before_its_fill_is_over_is_logged_as_n
 
     site = ServerThread(Starlette(routes=[Route("/{path:path}", slow)])).start()
     log = tmp_path / "access.log"
-    settings = Settings(
-        server=ServerSettings(origin=site.url),
-        l2=L2Settings(cache_dir=str(tmp_path / "l2")),
-        log=LogSettings(access_log=str(log)),
-    )
-    front = ServerThread(create_app(settings), http=LimitedHttpToolsProtocol).start()
+    front = _serve_front(site.url, L2Settings(cache_dir=str(tmp_path / "l2")), log=LogSettings(access_log=str(log)))
     try:
         with socket.create_connection(("127.0.0.1", front.port), timeout=5) as raw:
             raw.sendall(b"GET /left HTTP/1.1\r\nHost: a\r\n" + GOOGLEBOT_LINES + b"\r\n")

@@ -388,7 +388,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 self._start_late_cycle(answering, request, handed_on)
                 return
             sent = await self._write_answered(answered[0], request.method.encode("ascii"), answering)
-            answered[1](None if not answering.disconnected else sent if answering.began else LEFT_BEFORE_HEAD)
+            answered[1](sent if answering.disconnected else None)
         except Exception:
             self.logger.exception("Exception in ASGI application\n")  # as uvicorn says of an app's failure
             if not answering.disconnected and not answering.began:
@@ -404,11 +404,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     async def _write_answered(self, response: Response, method: bytes, answering: _Answering) -> int:
         """Write ``response``; a large body in pieces, each once the client's socket took the one before. The
-        body bytes written (all of them unless the client left)."""
+        body bytes written (all of them unless the client left; ``LEFT_BEFORE_HEAD`` when it left first)."""
         body = response[2]
         whole = len(body) <= SEND_PIECE_BYTES
         if answering.disconnected:
-            return 0
+            return LEFT_BEFORE_HEAD
         head = self._head(response, method, answering.keep_alive, whole=whole)
         answering.began = True
         self._write_whole(head)
@@ -461,8 +461,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         scheme, separator, rest = self.url.partition(b"://")
         if not separator or scheme.lower() not in (b"http", b"https") or self._hosts > 1:
             return  # two Host headers stay refused, whatever the target says
-        ends = [index for index in (rest.find(b"/"), rest.find(b"?"), rest.find(b"#")) if index >= 0]
-        authority, target = rest[: min(ends, default=len(rest))], rest[min(ends, default=len(rest)) :]
+        cut = min((index for index in map(rest.find, (b"/", b"?", b"#")) if index >= 0), default=len(rest))
+        authority, target = rest[:cut], rest[cut:]
         if not _HOST.fullmatch(authority):
             return
         self.url = target if target.startswith(b"/") else b"/" + target

@@ -261,9 +261,9 @@ _UPSTREAM_ADDRESS = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>
 def _backup_origin(origin: str) -> list[str]:
     """The site itself as the gate's backup, for nginx to send requests to while the gate is down (people keep the
     live site); none for an https origin, which this upstream's plain http cannot reach."""
-    parts = urlsplit(origin)
     if not origin:
         return []
+    parts = urlsplit(origin)
     if parts.scheme != "http" or not parts.hostname:
         return ["    # No backup: the site is reached over https, which this upstream does not speak."]
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname

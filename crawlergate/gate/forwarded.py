@@ -51,12 +51,14 @@ class TrustedProxies:
             return False
         return any(ip in network for network in self._networks)
 
+    def untrusted_front(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> bool:
+        """Whether a peer these proxies do not name forwards for someone (a front ``server.trusted_proxies``
+        lacks): for admin reads and PURGE, each of its visitors would be it."""
+        return peer is not None and peer not in self and any(name in FORWARDING for name, _ in headers)
+
     def privileged_client(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-        """The client to weigh for admin reads and PURGE: ``client``, but None when a peer these proxies do not
-        name forwards for someone (a front ``server.trusted_proxies`` lacks: each of its visitors would be it)."""
-        if peer is not None and peer not in self and any(name in FORWARDING for name, _ in headers):
-            return None
-        return self.client(peer, headers)
+        """The client to weigh for admin reads and PURGE: ``client``, but None behind an ``untrusted_front``."""
+        return None if self.untrusted_front(peer, headers) else self.client(peer, headers)
 
     def client(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
         """The client's address: walk X-Forwarded-For from the right while the hops are trusted proxies. A front

@@ -102,12 +102,12 @@ class Invalidation:
         stored page whose /path?query the URL's path and query match as a regular expression, as WordPress's
         Proxy Cache Purge sends them). Only from ``admin.purgers``; it reads SQLite: call it off the event loop.
         """
-        client = self._trusted.privileged_client(peer, headers)
-        if client is None and peer is not None and peer not in self._trusted:
+        if self._trusted.untrusted_front(peer, headers):
             refusal = (
                 b"PURGE is refused: this address forwards for another client, and server.trusted_proxies lacks it.\n"
             )
             return plain_response(403, refusal, outcome=b"pass")
+        client = self._trusted.client(peer, headers)
         if client is None or client not in self._purgers:
             return plain_response(403, b"PURGE is not allowed from this address.\n", outcome=b"pass")
         self._fills_written()
